@@ -1,0 +1,9 @@
+// capstan.hpp - everything: green threads, MVars, options, statistics.
+#pragma once
+
+#include "capstan/errors.hpp"
+#include "capstan/mvar.hpp"
+#include "capstan/options.hpp"
+#include "capstan/run.hpp"
+#include "capstan/statistics.hpp"
+#include "capstan/thread.hpp"

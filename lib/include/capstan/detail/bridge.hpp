@@ -1,0 +1,65 @@
+// detail/bridge.hpp - the narrow, type-erased door from the public templates
+// into the runtime.  Not part of the API: names here may change.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace capstan::detail {
+
+inline constexpr int kAnyCapability = -1;
+
+// How the runtime runs and destroys a closure stored inside a thread.
+struct closure_ops {
+  void (*invoke)(void* closure);
+  void (*destroy)(void* closure) noexcept;
+};
+
+template <class Fn>
+struct ops_for {
+  static void invoke(void* p) { (*static_cast<Fn*>(p))(); }
+  static void destroy(void* p) noexcept { static_cast<Fn*>(p)->~Fn(); }
+  static constexpr closure_ops value{&invoke, &destroy};
+};
+
+// A thread that is allocated but not yet started, with closure storage.
+struct thread_slot {
+  void* thread;
+  void* storage;
+};
+
+// thread_alloc reserves a thread with `size` bytes of closure storage
+// (inline for small closures, so forking does not allocate).
+thread_slot thread_alloc(std::size_t size, std::size_t align);
+// thread_discard gives back a thread whose closure failed to construct.
+void thread_discard(void* thread) noexcept;
+// thread_start makes a constructed thread runnable; returns its id.
+std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap);
+
+template <class F>
+std::uint64_t spawn(int cap, F&& f) {
+  using Fn = std::decay_t<F>;
+  thread_slot s = thread_alloc(sizeof(Fn), alignof(Fn));
+  try {
+    ::new (s.storage) Fn(std::forward<F>(f));
+  } catch (...) {
+    thread_discard(s.thread);
+    throw;
+  }
+  return thread_start(s.thread, &ops_for<Fn>::value, cap);
+}
+
+// context_switch_pending tells whether the caller's timeslice has expired
+// (or the runtime is shutting down).  Out of line on purpose: see
+// Note [TLS across a switch] in rts/task/task.hpp.
+bool context_switch_pending() noexcept;
+void yield_point_slow();
+
+// run_main runs fn(ctx) as the bound main green thread of a new runtime.
+struct options_ref;
+void run_main(const void* opts, void (*fn)(void*), void* ctx);
+
+}  // namespace capstan::detail

@@ -1,0 +1,77 @@
+// detail/mvar_core.hpp - the type-independent half of mvar<T>: a lock and a
+// FIFO of blocked green threads.  Not part of the API.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace capstan::detail {
+
+// One blocked operation; lives on the blocked thread's stack.
+struct waiter {
+  enum kind_t : std::uint8_t { take, read, put };
+  // What ended the wait other than a value: set by the runtime, read by the
+  // woken thread after park() returns.
+  enum outcome_t : std::uint8_t { served, killed, orphaned };
+
+  waiter* next = nullptr;
+  waiter* prev = nullptr;
+  void* thread = nullptr;  // the runtime's Thread
+  void* slot = nullptr;    // take/read: where to put the value; put: the value
+  kind_t kind = take;
+  outcome_t outcome = served;
+  bool killable = true;    // false if it blocked while unwinding (destructor)
+};
+
+class mvar_core {
+ public:
+  mvar_core() = default;
+  mvar_core(const mvar_core&) = delete;
+  mvar_core& operator=(const mvar_core&) = delete;
+  // Waiters still blocked when an mvar dies are woken with
+  // capstan::blocked_indefinitely (GHC's BlockedIndefinitelyOnMVar).
+  ~mvar_core();
+
+  void lock() noexcept {
+    // Acquire pairs with unlock's release: the value and the queue written
+    // under the lock are visible to the next holder.
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    lock_slow();
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
+
+  bool has_waiters() const noexcept { return head_ != nullptr; }
+  waiter* front() const noexcept { return head_; }
+
+  void enqueue(waiter& w) noexcept {
+    w.next = nullptr;
+    w.prev = tail_;
+    if (tail_) tail_->next = &w; else head_ = &w;
+    tail_ = &w;
+  }
+  void remove(waiter& w) noexcept {
+    if (w.prev) w.prev->next = w.next; else head_ = w.next;
+    if (w.next) w.next->prev = w.prev; else tail_ = w.prev;
+    w.next = w.prev = nullptr;
+  }
+
+  // park blocks the calling green thread on w (already enqueued, lock held)
+  // and releases the lock only after the thread's context is saved.  Returns
+  // when another thread served w; throws thread_killed / blocked_indefinitely
+  // if the wait was ended otherwise.  See Note [Blocking on an MVar].
+  void park(waiter& w);
+  // serve dequeues the front waiter w (lock held) and makes its thread
+  // runnable; its slot must already hold the value (or have been read).
+  void serve(waiter& w) noexcept;
+
+ private:
+  void lock_slow() noexcept;
+  static bool rt_shutting_down() noexcept;
+
+  std::atomic<bool> locked_{false};
+  waiter* head_ = nullptr;  // guarded by locked_
+  waiter* tail_ = nullptr;  // guarded by locked_
+};
+
+}  // namespace capstan::detail

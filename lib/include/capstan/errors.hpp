@@ -1,0 +1,29 @@
+// errors.hpp - the exceptions capstan throws.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace capstan {
+
+// options_error: a malformed or unknown +RTS flag; what() names the flag and
+// the accepted form.
+class options_error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// usage_error: the API was misused, e.g. a runtime call from an OS thread
+// that is not running a green thread, or an impossible size.
+class usage_error : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+// thread_killed is thrown inside a green thread that the runtime is
+// reclaiming at shutdown (GHC's ThreadKilled).  It deliberately does not
+// derive from std::exception so `catch (const std::exception&)` lets it
+// pass; if you catch it with `catch (...)`, rethrow it.
+struct thread_killed {};
+
+}  // namespace capstan

@@ -1,0 +1,153 @@
+// mvar.hpp - GHC's MVar: a box that is empty or full, with blocking take/put.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "capstan/detail/mvar_core.hpp"
+#include "capstan/errors.hpp"
+
+namespace capstan {
+
+// blocked_indefinitely is thrown in threads blocked on an mvar that is
+// destroyed: nobody can ever serve them (GHC's BlockedIndefinitelyOnMVar).
+class blocked_indefinitely : public std::runtime_error {
+ public:
+  blocked_indefinitely() : std::runtime_error("thread blocked indefinitely in an mvar operation") {}
+};
+
+// mvar<T> holds at most one T.  Blocking operations park the green thread,
+// never the OS thread.  Wake-ups are FIFO and single: one put serves readers
+// at the front of the queue and then exactly the oldest taker, handing the
+// value over directly (the mvar is never observably full in between).
+// Works across capabilities.  Blocking calls need a green thread; try_ calls
+// work from any thread while the runtime runs.
+template <class T>
+class mvar {
+ public:
+  // mvar() is empty.
+  mvar() = default;
+  // mvar(v) is full with v.
+  explicit mvar(T v) : value_(std::move(v)) {}
+
+  // take waits until the mvar is full, then empties it and returns the value.
+  T take() {
+    core_.lock();
+    if (value_) {
+      T v = std::move(*value_);
+      value_.reset();
+      refill_from_putter();
+      core_.unlock();
+      return v;
+    }
+    std::optional<T> dest;
+    detail::waiter w;
+    w.kind = detail::waiter::take;
+    w.slot = &dest;
+    core_.enqueue(w);
+    core_.park(w);  // returns with dest filled by the putter
+    return std::move(*dest);
+  }
+
+  // read waits until the mvar is full and returns a copy, leaving it full.
+  T read() {
+    core_.lock();
+    if (value_) {
+      T v = *value_;
+      core_.unlock();
+      return v;
+    }
+    std::optional<T> dest;
+    detail::waiter w;
+    w.kind = detail::waiter::read;
+    w.slot = &dest;
+    core_.enqueue(w);
+    core_.park(w);
+    return std::move(*dest);
+  }
+
+  // put waits until the mvar is empty, then fills it with v.
+  void put(T v) {
+    core_.lock();
+    if (!value_) {
+      deliver(std::move(v));
+      core_.unlock();
+      return;
+    }
+    detail::waiter w;
+    w.kind = detail::waiter::put;
+    w.slot = &v;
+    core_.enqueue(w);
+    core_.park(w);  // the taker moved v out of our frame
+  }
+
+  // try_take empties the mvar and returns its value, or nullopt if empty.
+  std::optional<T> try_take() {
+    core_.lock();
+    std::optional<T> r;
+    if (value_) {
+      r.emplace(std::move(*value_));
+      value_.reset();
+      refill_from_putter();
+    }
+    core_.unlock();
+    return r;
+  }
+
+  // try_put fills the mvar with v and returns true, or returns false if full.
+  bool try_put(T v) {
+    core_.lock();
+    bool ok = !value_;
+    if (ok) deliver(std::move(v));
+    core_.unlock();
+    return ok;
+  }
+
+  // try_read returns a copy of the value, or nullopt if empty.
+  std::optional<T> try_read() {
+    core_.lock();
+    std::optional<T> r = value_;
+    core_.unlock();
+    return r;
+  }
+
+  // is_empty tells whether the mvar was empty at the moment of the call.
+  bool is_empty() {
+    core_.lock();
+    bool e = !value_;
+    core_.unlock();
+    return e;
+  }
+
+ private:
+  // deliver puts v into an empty mvar (lock held): readers at the front get
+  // copies, then the oldest taker gets v; with no taker the mvar becomes full.
+  void deliver(T v) {
+    while (detail::waiter* w = core_.front()) {
+      auto* dest = static_cast<std::optional<T>*>(w->slot);
+      if (w->kind == detail::waiter::read) {
+        dest->emplace(v);
+        core_.serve(*w);  // after serve, w and *dest may vanish
+        continue;
+      }
+      dest->emplace(std::move(v));  // a taker: putters never wait on an empty mvar
+      core_.serve(*w);
+      return;
+    }
+    value_.emplace(std::move(v));
+  }
+  // refill_from_putter: the mvar just became empty (lock held), so any
+  // waiter is a putter; the oldest one's value goes in and it is woken.
+  void refill_from_putter() {
+    if (detail::waiter* w = core_.front()) {
+      value_.emplace(std::move(*static_cast<T*>(w->slot)));
+      core_.serve(*w);
+    }
+  }
+
+  detail::mvar_core core_;
+  std::optional<T> value_;  // guarded by core_'s lock
+};
+
+}  // namespace capstan

@@ -1,0 +1,39 @@
+// options.hpp - runtime options and the +RTS ... -RTS parser.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "capstan/errors.hpp"
+
+namespace capstan {
+
+struct options {
+  // Number of capabilities (virtual CPUs), +RTS -N<n>; -N alone = all cores.
+  unsigned capabilities = 1;
+  // Stack reserved for each green thread in bytes, +RTS -K<size>
+  // (k/m/g suffixes).  Only touched pages cost memory.
+  std::size_t stack_size = 256 * 1024;
+  // Timeslice between context-switch requests, +RTS -C<secs>; 0 = switch at
+  // every safe point.
+  std::chrono::microseconds timeslice{20000};
+  // Print the statistics summary at exit, +RTS -s.
+  bool stats = false;
+  // Idle stacks kept warm per capability before their memory is returned to
+  // the OS, +RTS -kw<n>.
+  std::size_t stack_pool_watermark = 256;
+
+  // parse returns the defaults updated first by the CAPSTAN_RTS environment
+  // variable, then by every `+RTS ... -RTS` group in argv, which it removes
+  // from argv (updating argc).  Throws options_error naming a bad flag.
+  static options parse(int& argc, char** argv);
+
+  // parse_flags applies space-separated RTS flags (without +RTS) to *this.
+  void parse_flags(const std::string& flags);
+
+  // usage lists the accepted flags, one per line.
+  static const char* usage();
+};
+
+}  // namespace capstan

@@ -1,0 +1,162 @@
+// options.cpp - parsing +RTS ... -RTS flags (GHC's syntax, our subset).
+#include "capstan/options.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace capstan {
+
+namespace {
+
+constexpr unsigned kMaxCapabilities = 256;
+constexpr std::size_t kMinStack = 16 * 1024;
+constexpr std::size_t kMaxStack = std::size_t{1} << 30;
+
+[[noreturn]] void bad(const std::string& flag, const std::string& where, const char* accepted) {
+  throw options_error(fmt::format("capstan: bad RTS flag '{}'{}: {}", flag, where, accepted));
+}
+
+// Parses "<number>[k|K|m|M|g|G]" into bytes; false if malformed.
+bool parse_size(const char* s, std::size_t& out) {
+  if (!*s) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s, &end);
+  if (errno || end == s || !(v >= 0) || std::isinf(v)) return false;
+  double mult = 1;
+  switch (*end) {
+    case 'k': case 'K': mult = 1024.0; ++end; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; ++end; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; ++end; break;
+    default: break;
+  }
+  if (*end) return false;
+  double bytes = v * mult;
+  if (bytes > 1e18) return false;
+  out = static_cast<std::size_t>(bytes);
+  return true;
+}
+
+bool parse_uint(const char* s, unsigned long& out) {
+  if (!*s || *s == '-' || *s == '+') return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoul(s, &end, 10);
+  return !errno && *end == '\0';
+}
+
+void apply_flag(options& o, const std::string& flag, const std::string& where) {
+  const char* f = flag.c_str();
+  if (f[0] != '-' || f[1] == '\0') {
+    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -kw<n>");
+  }
+  const char* arg = f + 2;
+  switch (f[1]) {
+    case 'N': {
+      if (!*arg) {
+        unsigned hw = std::thread::hardware_concurrency();
+        o.capabilities = hw ? (hw > kMaxCapabilities ? kMaxCapabilities : hw) : 1;
+        return;
+      }
+      unsigned long n = 0;
+      if (!parse_uint(arg, n) || n < 1 || n > kMaxCapabilities)
+        bad(flag, where, "expected -N (all cores) or -N<n> with 1 <= n <= 256");
+      o.capabilities = static_cast<unsigned>(n);
+      return;
+    }
+    case 'K': {
+      std::size_t bytes = 0;
+      if (!parse_size(arg, bytes) || bytes < kMinStack || bytes > kMaxStack)
+        bad(flag, where,
+            "expected -K<size>, a stack size in bytes with an optional k, m or g suffix, "
+            "between 16k and 1g (e.g. -K256k)");
+      o.stack_size = bytes;
+      return;
+    }
+    case 'C': {
+      char* end = nullptr;
+      errno = 0;
+      double secs = *arg ? std::strtod(arg, &end) : -1;
+      if (!*arg || errno || *end || !(secs >= 0) || secs > 60)
+        bad(flag, where,
+            "expected -C<secs>, the timeslice in seconds between 0 and 60 (e.g. -C0.02; "
+            "-C0 switches at every safe point)");
+      o.timeslice = std::chrono::microseconds(static_cast<long long>(std::llround(secs * 1e6)));
+      return;
+    }
+    case 's':
+      if (*arg) bad(flag, where, "expected -s (print statistics at exit), with nothing after it");
+      o.stats = true;
+      return;
+    case 'k':
+      if (arg[0] == 'w') {
+        unsigned long n = 0;
+        if (!parse_uint(arg + 1, n) || n > (1ul << 24))
+          bad(flag, where, "expected -kw<n>, idle stacks kept per capability, 0 <= n <= 16777216");
+        o.stack_pool_watermark = n;
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -kw<n>");
+}
+
+}  // namespace
+
+const char* options::usage() {
+  return "capstan RTS flags (+RTS ... -RTS, or the CAPSTAN_RTS environment variable):\n"
+         "  -N[<n>]    number of capabilities (1..256); -N alone = all cores; default 1\n"
+         "  -K<size>   stack reserved per green thread, e.g. -K256k, -K1m; default 256k\n"
+         "  -C<secs>   timeslice, e.g. -C0.02 (default); -C0 = switch at every safe point\n"
+         "  -s         print runtime statistics to stderr at exit\n"
+         "  -kw<n>     idle stacks kept warm per capability (default 256)\n";
+}
+
+void options::parse_flags(const std::string& flags) {
+  std::istringstream in(flags);
+  std::string flag;
+  while (in >> flag) apply_flag(*this, flag, " in CAPSTAN_RTS");
+}
+
+options options::parse(int& argc, char** argv) {
+  options o;
+  if (const char* env = std::getenv("CAPSTAN_RTS")) o.parse_flags(env);
+  if (argc <= 0 || !argv) return o;
+  std::vector<char*> keep;
+  keep.push_back(argv[0]);
+  bool in_rts = false;
+  bool rest_is_program = false;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (rest_is_program) {
+      keep.push_back(argv[i]);
+    } else if (std::strcmp(a, "+RTS") == 0) {
+      in_rts = true;
+    } else if (std::strcmp(a, "-RTS") == 0) {
+      if (!in_rts) bad(a, " on the command line", "-RTS without a preceding +RTS");
+      in_rts = false;
+    } else if (std::strcmp(a, "--RTS") == 0) {
+      rest_is_program = true;  // GHC: everything after --RTS belongs to the program
+      in_rts = false;
+    } else if (in_rts) {
+      apply_flag(o, a, " on the command line");
+    } else {
+      keep.push_back(argv[i]);
+    }
+  }
+  for (std::size_t i = 0; i < keep.size(); ++i) argv[i] = keep[i];
+  argc = static_cast<int>(keep.size());
+  argv[argc] = nullptr;
+  return o;
+}
+
+}  // namespace capstan

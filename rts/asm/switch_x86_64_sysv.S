@@ -1,0 +1,105 @@
+/* switch_x86_64_sysv.S - green-thread context switch, x86-64 System V.
+ *
+ * void *capstan_switch(void **save_sp, void *to_sp, void *arg);
+ *   Pushes the callee-saved frame (see context_frame.h) on the current stack,
+ *   stores the stack pointer in *save_sp, switches to to_sp, pops that frame
+ *   and returns arg there (in rax, and in rdi for a context's first entry).
+ *
+ * void *capstan_make_context(void *stack_lo, size_t size, void (*entry)(void *arg));
+ *   Builds a frame at the top of a fresh stack so that the first switch to
+ *   it calls entry(arg) with the ABI's entry alignment ((rsp + 8) % 16 == 0).
+ *
+ * The switch is a plain function in its own object: the compiler treats it
+ * as an opaque call, so every caller-saved register is dead across it and
+ * memory is clobbered.  Never inline it.
+ */
+#define CAPSTAN_BUILD_ASM 1
+#include "context_frame.h"
+
+        .text
+        .globl  capstan_switch
+        .type   capstan_switch, @function
+        .p2align 4
+capstan_switch:
+        .cfi_startproc
+        pushq   %rbp
+        pushq   %rbx
+        pushq   %r12
+        pushq   %r13
+        pushq   %r14
+        pushq   %r15
+        subq    $16, %rsp
+        stmxcsr CAPSTAN_X64_FP_CTRL(%rsp)
+        fnstcw  CAPSTAN_X64_FP_CTRL+4(%rsp)
+        movq    %rsp, %r8               /* r8 = our frame */
+        movq    %rsp, (%rdi)            /* publish our saved sp */
+        movq    %rsi, %rsp              /* now on the target stack */
+        /* ldmxcsr and fldcw are slow: skip them when the target's control
+           state equals ours, which is the common case. */
+        movl    CAPSTAN_X64_FP_CTRL(%rsp), %ecx
+        cmpl    %ecx, CAPSTAN_X64_FP_CTRL(%r8)
+        jne     .Lload_mxcsr
+.Lmxcsr_done:
+        movzwl  CAPSTAN_X64_FP_CTRL+4(%rsp), %ecx
+        cmpw    %cx, CAPSTAN_X64_FP_CTRL+4(%r8)
+        jne     .Lload_x87cw
+.Lx87cw_done:
+        addq    $16, %rsp
+        popq    %r15
+        popq    %r14
+        popq    %r13
+        popq    %r12
+        popq    %rbx
+        popq    %rbp
+        movq    %rdx, %rax
+        movq    %rdx, %rdi
+        ret
+.Lload_mxcsr:
+        ldmxcsr CAPSTAN_X64_FP_CTRL(%rsp)
+        jmp     .Lmxcsr_done
+.Lload_x87cw:
+        fldcw   CAPSTAN_X64_FP_CTRL+4(%rsp)
+        jmp     .Lx87cw_done
+        .cfi_endproc
+        .size   capstan_switch, .-capstan_switch
+
+        .globl  capstan_make_context
+        .type   capstan_make_context, @function
+        .p2align 4
+capstan_make_context:
+        .cfi_startproc
+        leaq    (%rdi,%rsi), %rax       /* top = lo + size */
+        andq    $-16, %rax              /* 16-aligned top */
+        subq    $16, %rax               /* null return slot + pad: unwinders stop */
+        movq    $0, (%rax)
+        movq    $0, 8(%rax)
+        subq    $CAPSTAN_X64_FRAME, %rax
+        /* after the pops and ret, rsp = top-16 (16-aligned); the trampoline's
+           call then enters entry with (rsp + 8) % 16 == 0 as the ABI wants. */
+        movl    $CAPSTAN_DEFAULT_MXCSR, CAPSTAN_X64_FP_CTRL(%rax)
+        movl    $CAPSTAN_DEFAULT_X87CW, CAPSTAN_X64_FP_CTRL+4(%rax)
+        movq    $0, CAPSTAN_X64_FP_CTRL+8(%rax)
+        movq    $0, CAPSTAN_X64_R15(%rax)
+        movq    $0, CAPSTAN_X64_R14(%rax)
+        movq    $0, CAPSTAN_X64_R13(%rax)
+        movq    $0, CAPSTAN_X64_R12(%rax)
+        movq    %rdx, CAPSTAN_X64_RBX(%rax)
+        movq    $0, CAPSTAN_X64_RBP(%rax)
+        leaq    capstan_trampoline(%rip), %rcx
+        movq    %rcx, CAPSTAN_X64_RIP(%rax)
+        ret
+        .cfi_endproc
+        .size   capstan_make_context, .-capstan_make_context
+
+        .type   capstan_trampoline, @function
+        .p2align 4
+capstan_trampoline:
+        .cfi_startproc
+        .cfi_undefined rip              /* outermost frame of a green thread */
+        xorl    %ebp, %ebp
+        callq   *%rbx                   /* entry(arg): rdi = arg from the switch */
+        ud2                             /* entry never returns */
+        .cfi_endproc
+        .size   capstan_trampoline, .-capstan_trampoline
+
+        .section .note.GNU-stack,"",@progbits

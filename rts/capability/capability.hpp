@@ -1,0 +1,65 @@
+// capability.hpp - Capability: a virtual CPU (+RTS -N).
+//
+// A Capability is the token that licenses one Task (OS thread) to run green
+// threads, plus the scheduler state that goes with it (GHC's Capability.h).
+// Every field states who may touch it:
+//   [owner]   only the Task currently running the capability;
+//   [atomic]  anyone, with the orderings stated at the use;
+//   [lock:X]  under lock X.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "../run_queue.hpp"
+#include "../spinlock.hpp"
+#include "../stack.hpp"
+#include "inbox.hpp"
+
+namespace capstan::rts {
+
+struct Task;
+
+// Bits of Capability::context_switch.  See Note [Requeue front or back].
+inline constexpr std::uint32_t kTimesliceExpired = 1;  // ticker: go to the back
+inline constexpr std::uint32_t kInterrupt = 2;         // stop-the-world: keep your place
+
+// A counter written only by its owner and read by anyone (statistics):
+// relaxed load+store, no read-modify-write, so no locked instruction.
+struct OwnerCounter {
+  std::atomic<std::uint64_t> v{0};
+  void add(std::uint64_t n = 1) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  std::uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+
+struct alignas(64) Capability {
+  unsigned no = 0;
+
+  // --- owner state ---------------------------------------------------------
+  RunQueue run_queue;              // [owner]
+  Thread* current = nullptr;       // [owner] the running green thread, null in the scheduler
+  Task* running_task = nullptr;    // [owner] (set before the Task starts)
+  StackPool stacks;                // [owner]
+  Thread* free_threads = nullptr;  // [owner] recycled Thread objects
+  std::size_t n_free_threads = 0;  // [owner]
+  std::uint64_t next_id = 0;       // [owner] ids handed out in blocks
+  std::uint64_t id_end = 0;        // [owner]
+
+  // --- statistics: written by the owner, read by anyone --------------------
+  OwnerCounter threads_created, threads_finished, threads_killed, uncaught_exceptions;
+  OwnerCounter context_switches, threads_pushed, threads_received, sleeps;
+  OwnerCounter idle_ns, stacks_allocated, stacks_freed;
+
+  // --- shared with other capabilities --------------------------------------
+  alignas(64) Inbox inbox;                     // [atomic] see inbox.hpp
+  std::atomic<std::uint32_t> context_switch{0};  // [atomic] ticker/interrupters set, owner clears
+  std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
+  std::atomic<bool> sleeping{false};           // [atomic] Note [Sleeping capabilities]
+
+  // All live threads whose home is this capability (for shutdown).
+  SpinLock all_lock;
+  Thread* all_head = nullptr;  // [lock:all_lock]
+};
+
+}  // namespace capstan::rts

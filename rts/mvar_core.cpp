@@ -1,0 +1,86 @@
+// mvar_core.cpp - the runtime half of mvar<T>: parking and serving waiters.
+// See Note [Blocking on an MVar] and Note [Killing a blocked thread] in
+// scheduler.cpp.
+#include "capstan/detail/mvar_core.hpp"
+
+#include <exception>
+
+#include "capstan/errors.hpp"
+#include "capstan/mvar.hpp"
+#include "runtime.hpp"
+#include "scheduler.hpp"
+
+namespace capstan::detail {
+
+using rts::Thread;
+
+void mvar_core::lock_slow() noexcept {
+  for (int spins = 0;; ++spins) {
+    if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;
+    if (spins < 128) rts::cpu_relax(); else sched_yield();
+  }
+}
+
+void mvar_core::park(waiter& w) {
+  rts::Task* task = rts::my_task();
+  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
+    remove(w);
+    unlock();
+    throw usage_error(
+        "capstan::mvar: take/put/read would block on an OS thread that is not running a green "
+        "thread; block only inside capstan::run, or use try_take/try_put from other threads");
+  }
+  Thread* cur = task->cap->current;
+  if (rt_shutting_down() && !cur->bound) [[unlikely]] {
+    if (std::uncaught_exceptions() == 0) {
+      remove(w);
+      unlock();
+      throw thread_killed{};
+    }
+  }
+  w.thread = cur;
+  w.killable = std::uncaught_exceptions() == 0;
+  cur->wait_lock.lock();
+  cur->blocked_on = this;
+  cur->waiter = &w;
+  cur->wait_lock.unlock();
+  rts::park_current(this);  // releases our lock once we are off the CPU
+  switch (w.outcome) {
+    case waiter::served: return;
+    case waiter::killed: throw thread_killed{};
+    case waiter::orphaned: throw blocked_indefinitely{};
+  }
+}
+
+bool mvar_core::rt_shutting_down() noexcept {
+  return rts::rt.shutting_down.load(std::memory_order_relaxed);
+}
+
+void mvar_core::serve(waiter& w) noexcept {
+  remove(w);
+  auto* t = static_cast<Thread*>(w.thread);
+  t->wait_lock.lock();
+  t->blocked_on = nullptr;
+  t->waiter = nullptr;
+  t->wait_lock.unlock();
+  w.outcome = waiter::served;  // last touch of w: the thread may run from here on
+  rts::wake(t);
+}
+
+mvar_core::~mvar_core() {
+  if (!head_) return;
+  lock();
+  while (waiter* w = head_) {
+    remove(*w);
+    auto* t = static_cast<Thread*>(w->thread);
+    t->wait_lock.lock();
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+    t->wait_lock.unlock();
+    w->outcome = waiter::orphaned;
+    rts::wake(t);
+  }
+  unlock();
+}
+
+}  // namespace capstan::detail

@@ -1,0 +1,302 @@
+// runtime.cpp - starting the runtime, shutting it down, and its statistics.
+//
+// Note [Shutdown]
+// ~~~~~~~~~~~~~~~
+// When run()'s main function returns, the main green thread (still running,
+// bound to capability 0) reclaims every other thread before anything stops:
+//  1. shutting_down = true, and every capability is interrupted, so a
+//     running thread throws thread_killed from its next runtime call or
+//     safe point, and a thread that has not started never runs its body.
+//  2. Every blocked thread is woken with thread_killed
+//     (Note [Killing a blocked thread]); its stack unwinds and its
+//     destructors run - nothing a thread owns is leaked.
+//  3. The main thread waits on rt.shutdown_events, which each finishing
+//     thread (and each tick, as a clock) pokes, and repeats 2 until only it
+//     is left.  A thread that swallows thread_killed and blocks again is
+//     killed again; one that has not finished after kShutdownGrace is
+//     abandoned - its stack is freed without unwinding - and reported on
+//     stderr by id and label.  Every thread's fate is counted in the
+//     statistics: finished, killed, or abandoned.
+//  4. stop = true; every capability's scheduler returns; run() joins the
+//     worker Tasks and the ticker, frees stacks and capabilities, and
+//     returns main's result.
+// GHC kills threads at exit without running their handlers; C++ has no
+// other way to run destructors than unwinding, hence thread_killed.
+#include "runtime.hpp"
+
+#include <sys/resource.h>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "capstan/errors.hpp"
+#include "sanitizer.hpp"
+#include "scheduler.hpp"
+#include "ticker.hpp"
+
+namespace capstan::rts {
+
+Runtime rt;
+
+namespace {
+
+constexpr auto kShutdownGrace = std::chrono::seconds(1);
+
+std::uint64_t abandoned_count = 0;
+
+void update_max(std::atomic<std::uint64_t>& peak, std::uint64_t v) {
+  std::uint64_t p = peak.load(std::memory_order_relaxed);
+  while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+  }
+}
+
+// kill_sweep asks every blocked thread to die; true if all requests landed.
+bool kill_sweep() {
+  bool all = true;
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      if (t->bound) continue;
+      if (!request_kill(t)) all = false;
+    }
+    c->all_lock.unlock();
+  }
+  return all;
+}
+
+void report_abandoned() {
+  std::string names;
+  std::uint64_t n = 0;
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      if (t->bound) continue;
+      ++n;
+      if (n <= 10)
+        names += fmt::format(" {}({})", t->id, t->label ? t->label->c_str() : "unlabelled");
+    }
+    c->all_lock.unlock();
+  }
+  if (n)
+    std::fprintf(stderr,
+                 "capstan: %llu thread(s) did not finish within %llds of shutdown (they caught "
+                 "thread_killed and carried on); abandoned without unwinding:%s%s\n",
+                 static_cast<unsigned long long>(n),
+                 static_cast<long long>(kShutdownGrace.count()), names.c_str(),
+                 n > 10 ? " ..." : "");
+  abandoned_count = n;
+}
+
+void shutdown_protocol() {
+  rt.shutting_down.store(true, std::memory_order_seq_cst);
+  sample_peaks();
+  for (Capability* c : rt.caps) {
+    interrupt_capability(c);
+    notify_capability(c);
+  }
+  auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+  for (;;) {
+    kill_sweep();
+    if (live_threads() <= 1) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      report_abandoned();
+      break;
+    }
+    rt.shutdown_events->take();  // a thread finished, or a tick passed
+  }
+  rt.stop.store(true, std::memory_order_seq_cst);
+  for (Capability* c : rt.caps) c->running_task->parker.unpark();
+}
+
+struct MainClosure {
+  void (*fn)(void*);
+  void* ctx;
+};
+
+void main_invoke(void* p) {
+  auto* c = static_cast<MainClosure*>(p);
+  c->fn(c->ctx);  // run<>'s wrapper: catches everything main throws
+  shutdown_protocol();
+}
+void main_destroy(void*) noexcept {}
+constexpr detail::closure_ops kMainOps{&main_invoke, &main_destroy};
+
+void init_task_sanitizer_state(Task* t) {
+  if (san::tsan()) t->tsan_fiber = __tsan_get_current_fiber();
+}
+
+// Frees the threads left after shutdown (abandoned) and the free lists.
+void reclaim_leftovers() {
+  for (Capability* c : rt.caps) {
+    Thread* t = c->all_head;
+    while (t) {
+      Thread* next = t->all_next;
+      if (t->blocked_on) {  // take it out of the mvar's queue for good
+        t->blocked_on->lock();
+        t->blocked_on->remove(*t->waiter);
+        t->blocked_on->unlock();
+      }
+      if (t->ops) t->ops->destroy(t->closure);
+      if (t->tsan_fiber) __tsan_destroy_fiber(t->tsan_fiber);
+      if (t->closure && t->closure != t->inline_closure)
+        ::operator delete(t->closure, std::align_val_t(t->closure_align));
+      delete t->label;
+      delete t;
+      t = next;
+    }
+    c->all_head = nullptr;
+    while (Thread* f = c->free_threads) {
+      c->free_threads = f->link;
+      delete f;
+    }
+  }
+}
+
+void validate(const options& o) {
+  if (o.capabilities < 1 || o.capabilities > 256)
+    throw usage_error(fmt::format(
+        "capstan::run: options.capabilities = {} is impossible; accepted: 1..256",
+        o.capabilities));
+  if (o.stack_size < 16 * 1024 || o.stack_size > (std::size_t{1} << 30))
+    throw usage_error(fmt::format(
+        "capstan::run: options.stack_size = {} bytes is impossible; accepted: 16 KiB .. 1 GiB",
+        o.stack_size));
+  if (o.timeslice.count() < 0)
+    throw usage_error("capstan::run: options.timeslice is negative; accepted: >= 0");
+}
+
+}  // namespace
+
+std::uint64_t live_threads() {
+  std::uint64_t created = sum_caps([](Capability& c) { return c.threads_created.get(); });
+  std::uint64_t finished = sum_caps([](Capability& c) { return c.threads_finished.get(); });
+  return created - finished;
+}
+
+void sample_peaks() {
+  update_max(rt.peak_live, live_threads());
+  std::uint64_t a = sum_caps([](Capability& c) { return c.stacks_allocated.get(); });
+  std::uint64_t f = sum_caps([](Capability& c) { return c.stacks_freed.get(); });
+  update_max(rt.peak_stacks, a - f);
+}
+
+runtime_statistics snapshot_statistics() {
+  runtime_statistics s;
+  auto elapsed = std::chrono::steady_clock::now() - rt.started;
+  s.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
+  for (Capability* c : rt.caps) {
+    capability_statistics cs;
+    cs.threads_created = c->threads_created.get();
+    cs.context_switches = c->context_switches.get();
+    cs.threads_pushed = c->threads_pushed.get();
+    cs.threads_received = c->threads_received.get();
+    cs.sleeps = c->sleeps.get();
+    cs.idle = std::chrono::nanoseconds(c->idle_ns.get());
+    cs.busy = s.elapsed > cs.idle ? s.elapsed - cs.idle : std::chrono::nanoseconds(0);
+    s.capabilities.push_back(cs);
+    s.threads_created += cs.threads_created;
+    s.context_switches += cs.context_switches;
+    s.threads_finished += c->threads_finished.get();
+    s.threads_killed += c->threads_killed.get();
+    s.uncaught_exceptions += c->uncaught_exceptions.get();
+    s.stacks_in_use += c->stacks_allocated.get() - c->stacks_freed.get();
+  }
+  s.live_threads = s.threads_created - s.threads_finished;
+  sample_peaks();
+  s.peak_live_threads = rt.peak_live.load();
+  s.peak_stacks_in_use = rt.peak_stacks.load();
+  s.peak_stack_bytes = s.peak_stacks_in_use * rt.arena.size();
+  s.stack_mappings = rt.arena.mappings();
+  s.guarded_stacks = rt.arena.guarded();
+  s.threads_abandoned = abandoned_count;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  s.peak_rss_bytes = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
+  return s;
+}
+
+}  // namespace capstan::rts
+
+namespace capstan::detail {
+
+using namespace capstan::rts;
+
+void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
+  const options& o = *static_cast<const options*>(opts_ptr);
+  validate(o);
+  if (my_task())
+    throw usage_error("capstan::run: called from inside a running runtime; nested runtimes "
+                      "are not supported");
+  bool expected = false;
+  if (!rt.running.compare_exchange_strong(expected, true))
+    throw usage_error("capstan::run: a runtime is already running in this process (one at a "
+                      "time; start the next after run() returns)");
+
+  rt.opts = o;
+  rt.n_caps = o.capabilities;
+  rt.switch_every_safe_point = o.timeslice.count() == 0;
+  rt.shutting_down.store(false);
+  rt.stop.store(false);
+  rt.n_idle.store(0);
+  rt.ticker_parked.store(0);
+  rt.id_blocks.store(0);
+  rt.peak_live.store(0);
+  rt.peak_stacks.store(0);
+  abandoned_count = 0;
+  rt.started = std::chrono::steady_clock::now();
+  rt.arena.configure(o.stack_size);
+  rt.caps.clear();
+  rt.tasks.clear();
+  for (unsigned i = 0; i < rt.n_caps; ++i) {
+    auto* c = new Capability;
+    c->no = i;
+    c->stacks.attach(&rt.arena, o.stack_pool_watermark);
+    rt.caps.push_back(c);
+    auto task = std::make_unique<Task>();
+    task->cap = c;
+    task->is_worker = i != 0;
+    c->running_task = task.get();
+    rt.tasks.push_back(std::move(task));
+  }
+  capstan::mvar<char> shutdown_events;
+  rt.shutdown_events = &shutdown_events;
+
+  // Capability 0 is run by the calling OS thread, so main is bound to it.
+  Task* task0 = rt.tasks[0].get();
+  bind_task_to_this_os_thread(task0);
+  init_task_sanitizer_state(task0);
+  MainClosure mc{fn, ctx};
+  create_system_thread(rt.caps[0], &kMainOps, &mc, sizeof mc, /*bound=*/true);
+
+  for (unsigned i = 1; i < rt.n_caps; ++i) {
+    Task* t = rt.tasks[i].get();
+    t->os_thread = std::thread([t] {
+      bind_task_to_this_os_thread(t);
+      init_task_sanitizer_state(t);
+      schedule(t);
+      set_my_task(nullptr);
+    });
+  }
+  ticker.start(rt.switch_every_safe_point ? std::chrono::microseconds(20000) : o.timeslice);
+
+  schedule(task0);  // returns when main has shut everything down
+
+  for (unsigned i = 1; i < rt.n_caps; ++i) rt.tasks[i]->os_thread.join();
+  ticker.stop();
+  set_my_task(nullptr);
+  rt.last_stats = snapshot_statistics();
+  rt.shutdown_events = nullptr;
+  reclaim_leftovers();
+  rt.arena.release_all();
+  for (Capability* c : rt.caps) delete c;
+  rt.caps.clear();
+  rt.tasks.clear();
+  rt.n_caps = 0;
+  if (o.stats) std::fputs(rt.last_stats.summary().c_str(), stderr);
+  rt.running.store(false);
+}
+
+}  // namespace capstan::detail

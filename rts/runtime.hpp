@@ -1,0 +1,60 @@
+// runtime.hpp - the process-wide runtime state between run()'s start and end.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "capability/capability.hpp"
+#include "capstan/mvar.hpp"
+#include "capstan/options.hpp"
+#include "capstan/statistics.hpp"
+#include "stack.hpp"
+#include "task/task.hpp"
+
+namespace capstan::rts {
+
+struct Runtime {
+  options opts;                                  // read-only while running
+  std::vector<Capability*> caps;                 // read-only while running
+  unsigned n_caps = 0;
+  bool switch_every_safe_point = false;          // +RTS -C0
+
+  std::atomic<bool> running{false};              // between start and teardown
+  std::atomic<bool> shutting_down{false};        // Note [Shutdown]
+  std::atomic<bool> stop{false};                 // schedulers exit
+  std::atomic<unsigned> n_idle{0};               // capabilities in idle()
+  std::atomic<std::uint32_t> ticker_parked{0};   // Note [Stopping the ticker]
+  std::atomic<std::uint64_t> id_blocks{0};       // next block of thread ids
+  std::atomic<std::uint64_t> peak_live{0};
+  std::atomic<std::uint64_t> peak_stacks{0};
+
+  StackArena arena;
+  std::vector<std::unique_ptr<Task>> tasks;      // tasks[i] runs caps[i]
+  capstan::mvar<char>* shutdown_events = nullptr;  // Note [Shutdown]
+  std::chrono::steady_clock::time_point started;
+
+  runtime_statistics last_stats;                 // of the last finished run
+};
+
+extern Runtime rt;
+
+// Sum of a per-capability counter.
+template <class F>
+std::uint64_t sum_caps(F f) {
+  std::uint64_t s = 0;
+  for (Capability* c : rt.caps) s += f(*c);
+  return s;
+}
+
+std::uint64_t live_threads();
+void sample_peaks();
+runtime_statistics snapshot_statistics();
+
+// Thread ids are handed out to capabilities in blocks, so forking does not
+// touch a shared counter.
+inline constexpr std::uint64_t kIdBlock = 1024;
+
+}  // namespace capstan::rts

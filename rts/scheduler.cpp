@@ -1,0 +1,629 @@
+// scheduler.cpp - the scheduler loop and everything that moves a green thread
+// between running, runnable, blocked and finished.
+//
+// Policy in one paragraph (GHC's Schedule.c, adapted):
+// Each capability runs the threads of its own run queue; other capabilities
+// and OS threads reach it only through its inbox.  A thread runs until it
+// yields, blocks, finishes, or reaches a safe point after its timeslice
+// expired; it is then requeued by the rules of Note [Requeue front or back]
+// and the next thread is switched to *directly* (Note [Direct switching]).
+// An idle capability spins briefly, then sleeps on its Task's futex until
+// work arrives in its inbox (Note [Sleeping capabilities]).  Busy
+// capabilities push surplus threads to idle ones (Note [Pushing work]);
+// woken threads follow their waker (Note [Wake-up affinity]).
+//
+// Rejected alternatives:
+//  * Every switch through a scheduler stack (GHC's StgRun returns to
+//    schedule()): two switches per hand-off instead of one.
+//  * Work stealing of runnable threads with a Chase-Lev run queue: every
+//    owner pop then needs a store-load fence (~2.3 ns here), and stolen
+//    threads break producer/consumer pairs apart.  Pushing keeps the run
+//    queue owner-private and is measured in nofib_like (docs/benchmarks.md).
+//  * One global run queue: a lock on every hand-off.
+//
+// Note [Requeue front or back]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where a thread goes when it stops running:
+//   timeslice expired (ticker set kTimesliceExpired) -> back of the queue
+//   yield()                                          -> back
+//   woken after blocking                             -> back of its
+//       capability's queue, through that capability's inbox if the waker
+//       runs elsewhere (and see Note [Wake-up affinity])
+//   new thread (fork_io)                             -> back, as GHC's
+//       scheduleThread, so a forking loop cannot starve older threads
+//   interrupted (kInterrupt: a stop-the-world request such as shutdown or a
+//       change of the number of capabilities)        -> front: it stopped
+//       for no fault of its own, so it keeps its place and its cache.
+// Back for fairness (round robin), front for anything that is not about
+// fairness; the context-switch flag is cleared when the switch is actually
+// made, not before a thread runs, so a tick is never lost (GHC #1984).
+//
+// Note [Direct switching]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A thread that stops picks its successor itself and switches straight to
+// it: yield costs one context switch.  Only when the run queue and inbox
+// are empty does it switch to its Task's scheduler context (schedule()),
+// which idles.  Code running after a switch may be on another OS thread:
+// after capstan_switch returns, nothing cached before it (Task*,
+// Capability*) is used; see Note [TLS across a switch] in task.hpp.
+// What the leaving side cannot do itself (release the lock it blocked
+// under, recycle its own stack) it leaves in task->post, and the landing
+// side does it in after_switch().
+
+#include "scheduler.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "asm/context.hpp"
+#include "capstan/errors.hpp"
+#include "runtime.hpp"
+#include "sanitizer.hpp"
+
+namespace capstan::rts {
+
+namespace {
+
+[[noreturn]] void thread_entry(void* arg);
+
+// Free Thread objects kept per capability before extras are deleted.
+constexpr std::size_t kMaxFreeThreads = 4096;
+
+void fatal_stack_overflow(Thread* t) {
+  char buf[256];
+  int n = std::snprintf(buf, sizeof buf,
+                        "capstan: stack overflow in thread %llu%s%s%s: its stack of %zu bytes "
+                        "is exhausted (raise it with +RTS -K<size>)\n",
+                        static_cast<unsigned long long>(t->id), t->label ? " (" : "",
+                        t->label ? t->label->c_str() : "", t->label ? ")" : "", rt.arena.size());
+  if (n > 0) (void)!write(2, buf, static_cast<std::size_t>(n));
+  std::abort();
+}
+
+void recycle(Capability* cap, Thread* t) {
+  cap->stacks.put(t->stack_lo);
+  cap->stacks_freed.add();
+  if (t->tsan_fiber) __tsan_destroy_fiber(t->tsan_fiber);
+  discard_thread(t);
+}
+
+// after_switch runs on the landing side of every switch.  `p` is the post
+// box of the Task that switched (the same OS thread as ours).
+inline void after_switch(PostSwitch* p) {
+  if (Thread* from = p->from) {
+    // Software overflow check, for stacks the arena could not guard.
+    if (from->stack_lo && from->sp < from->stack_lo) [[unlikely]] fatal_stack_overflow(from);
+  }
+  if (Thread* dead = p->dead) [[unlikely]] {
+    p->dead = nullptr;
+    recycle(my_task()->cap, dead);
+  }
+  if (detail::mvar_core* m = p->unlock) {
+    p->unlock = nullptr;
+    m->unlock();  // the blocked thread is off its stack: others may wake it now
+  }
+}
+
+void prepare_stack(Capability* cap, Thread* t) {
+  t->stack_lo = cap->stacks.get();
+  t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);
+  if (san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
+  cap->stacks_allocated.add();
+}
+
+// switch_to leaves `from` (null: the Task's scheduler context) for `to`
+// (null: the scheduler context).  The caller has already requeued, blocked
+// or finished `from`.  Returns when someone switches back to `from`.
+void switch_to(Task* task, Capability* cap, Thread* from, Thread* to, bool from_dying) {
+  int* errno_loc = task->errno_loc;
+  EhGlobals* eh = task->eh;
+  if (from) {
+    from->saved_errno = *errno_loc;
+    from->eh = *eh;
+  }
+  void** save = from ? &from->sp : &task->sched_sp;
+  void* target;
+  const void* to_lo;
+  std::size_t to_size;
+  void* to_fiber;
+  if (to) {
+    if (!to->sp) prepare_stack(cap, to);
+    *errno_loc = to->saved_errno;
+    *eh = to->eh;
+    to->state = ThreadState::running;
+    cap->current = to;
+    cap->context_switches.add();
+    if (rt.switch_every_safe_point) cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);
+    target = to->sp;
+    to_lo = to->stack_lo;
+    to_size = rt.arena.size();
+    to_fiber = to->tsan_fiber;
+  } else {
+    *eh = EhGlobals{};
+    cap->current = nullptr;
+    target = task->sched_sp;
+    to_lo = task->native_stack_lo;
+    to_size = task->native_stack_size;
+    to_fiber = task->tsan_fiber;
+  }
+  task->post.from = from;
+  void* fake_stack = nullptr;
+  if (san::asan()) [[unlikely]]
+    __sanitizer_start_switch_fiber(from_dying ? nullptr : &fake_stack, to_lo, to_size);
+  if (san::tsan()) [[unlikely]]
+    __tsan_switch_to_fiber(to_fiber, 0);
+  void* arg = capstan_switch(save, target, &task->post);
+  // --- we may be on another OS thread now: `task` and `cap` are stale ---
+  if (san::asan()) [[unlikely]]
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+  after_switch(static_cast<PostSwitch*>(arg));
+}
+
+void drain_inbox(Capability* cap) {
+  std::uint64_t n = 0;
+  for (Thread* t = cap->inbox.take_all(); t;) {
+    Thread* next = t->link;
+    cap->run_queue.push_back(t);
+    t = next;
+    ++n;
+  }
+  if (n) cap->threads_received.add(n);
+}
+
+// Note [Pushing work]
+// ~~~~~~~~~~~~~~~~~~~
+// GHC's schedulePushWork: a capability with surplus runnable threads hands
+// some to an idle capability, rather than idle capabilities stealing them.
+// The run queue stays owner-private (no fences on the hot path), and the
+// push happens only when it can pay off: at least kPushThreshold threads
+// are waiting and some capability is idle (n_idle is a relaxed hint; a
+// stale read costs one missed or one useless push, never correctness).
+// Half of the waiting threads go, oldest first, to one idle capability;
+// locked threads (fork_on, bound) never move.  A sequential chain of
+// hand-offs (ping-pong, a token ring) never has more than one thread
+// waiting, so it is never spread across capabilities, where every hand-off
+// would cost a cross-core wake-up (the GHC -N2 collapse).
+void push_work(Capability* cap) {
+  Capability* target = nullptr;
+  for (unsigned i = 1; i < rt.n_caps; ++i) {
+    Capability* c = rt.caps[(cap->no + i) % rt.n_caps];
+    if (c->idle.load(std::memory_order_relaxed)) {
+      target = c;
+      break;
+    }
+  }
+  if (!target) return;
+  std::size_t k = cap->run_queue.size() / 2;
+  Thread* first = nullptr;
+  Thread* last = nullptr;
+  std::uint64_t moved = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    Thread* t = cap->run_queue.pop_front();
+    if (t->locked) {
+      cap->run_queue.push_back(t);
+      continue;
+    }
+    t->cap = target;
+    t->link = nullptr;
+    if (last) last->link = t; else first = t;
+    last = t;
+    ++moved;
+  }
+  if (!moved) return;
+  target->inbox.push_chain(first, last);
+  cap->threads_pushed.add(moved);
+  notify_capability(target);
+}
+
+// pick returns the next thread to run on cap, or null.
+inline Thread* pick(Capability* cap) {
+  if (rt.stop.load(std::memory_order_relaxed)) [[unlikely]] return nullptr;
+  if (cap->inbox.maybe_nonempty()) drain_inbox(cap);
+  Thread* t = cap->run_queue.pop_front();
+  if (cap->run_queue.size() >= kPushThreshold && rt.n_idle.load(std::memory_order_relaxed) != 0)
+    [[unlikely]] push_work(cap);
+  return t;
+}
+
+// Note [Sleeping capabilities]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An idle capability first spins for up to kSpinNs watching its inbox (a
+// futex wake-up costs 5-24 us here, far more than most waits), then sleeps.
+// The hand-shake with a sender is Dekker's:
+//   sleeper: sleeping = true;  fence(seq_cst);  if inbox empty: park()
+//   sender:  push to inbox;    fence(seq_cst);  if sleeping:    unpark()
+// The two fences are ordered in the single total order of seq_cst
+// operations; whichever comes second sees the other side's store, so either
+// the sleeper sees the new work and does not park, or the sender sees
+// `sleeping` and unparks.  The Parker's sticky flag covers an unpark that
+// lands between the check and the futex wait (Note [Sticky wake-up]).
+// The stop flag is part of the re-check (silk PR #152's lost shutdown).
+constexpr std::int64_t kSpinNs = 50'000;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool has_work(Capability* cap) {
+  return cap->inbox.maybe_nonempty() || rt.stop.load(std::memory_order_relaxed);
+}
+
+void idle(Task* task, Capability* cap) {
+  rt.n_idle.fetch_add(1, std::memory_order_seq_cst);
+  cap->idle.store(true, std::memory_order_relaxed);
+  std::int64_t t0 = now_ns();
+  bool found = false;
+  for (unsigned i = 1; !found; ++i) {
+    if (has_work(cap)) found = true;
+    else if ((i & 63) == 0 && now_ns() - t0 > kSpinNs) break;
+    else cpu_relax();
+  }
+  while (!found) {
+    cap->sleeping.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (has_work(cap)) {
+      cap->sleeping.store(false, std::memory_order_relaxed);
+      break;
+    }
+    cap->sleeps.add();
+    task->parker.park();
+    cap->sleeping.store(false, std::memory_order_relaxed);
+    found = has_work(cap);
+  }
+  cap->idle.store(false, std::memory_order_relaxed);
+  rt.n_idle.fetch_sub(1, std::memory_order_seq_cst);
+  // Note [Stopping the ticker]: a busy capability needs the ticker back.
+  if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
+    rt.ticker_parked.store(0, std::memory_order_seq_cst);
+    futex_wake(&rt.ticker_parked, 1);
+  }
+  cap->idle_ns.add(static_cast<std::uint64_t>(now_ns() - t0));
+}
+
+void report_uncaught(Thread* t, const char* what) {
+  std::fprintf(stderr, "capstan: uncaught exception in thread %llu (%s): %s\n",
+               static_cast<unsigned long long>(t->id), t->label ? t->label->c_str() : "unlabelled",
+               what);
+  my_task()->cap->uncaught_exceptions.add();
+}
+
+void unlink_from_home(Thread* t) {
+  Capability* home = t->home;
+  home->all_lock.lock();
+  if (t->all_prev) t->all_prev->all_next = t->all_next; else home->all_head = t->all_next;
+  if (t->all_next) t->all_next->all_prev = t->all_prev;
+  home->all_lock.unlock();
+}
+
+void notify_shutdown() {
+  // Note [Shutdown]: every finish during shutdown pokes the main thread.
+  if (rt.shutdown_events) rt.shutdown_events->try_put(1);
+}
+
+// Note [Finishing a thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A finished thread stands on the stack it would free.  It picks its
+// successor, leaves itself in task->post.dead, and switches away telling
+// ASan it leaves for good; the landing side (after_switch) returns the
+// stack to the capability's pool and the Thread to its free list.
+[[noreturn]] void finish_current(Thread* self) {
+  unlink_from_home(self);
+  self->state = ThreadState::finished;
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  cap->threads_finished.add();
+  if (rt.shutting_down.load(std::memory_order_acquire)) [[unlikely]] notify_shutdown();
+  Thread* next = pick(cap);
+  task->post.dead = self;
+  switch_to(task, cap, self, next, /*from_dying=*/true);
+  __builtin_unreachable();
+}
+
+[[noreturn]] void thread_entry(void* arg) {
+  if (san::asan()) [[unlikely]]
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+  after_switch(static_cast<PostSwitch*>(arg));
+  Thread* self = my_task()->cap->current;
+  if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
+    my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
+  } else {
+    try {
+      self->ops->invoke(self->closure);
+    } catch (const thread_killed&) {
+      my_task()->cap->threads_killed.add();
+    } catch (const std::exception& e) {
+      report_uncaught(self, e.what());
+    } catch (...) {
+      report_uncaught(self, "unknown exception (not derived from std::exception)");
+    }
+  }
+  self->ops->destroy(self->closure);
+  finish_current(self);
+}
+
+std::uint64_t next_thread_id(Capability* cap) {
+  if (cap->next_id == cap->id_end) {
+    std::uint64_t base = rt.id_blocks.fetch_add(kIdBlock, std::memory_order_relaxed);
+    cap->next_id = base + 1;
+    cap->id_end = base + kIdBlock + 1;
+  }
+  return cap->next_id++;
+}
+
+Thread* new_thread_object(Capability* cap) {
+  Thread* t = cap->free_threads;
+  if (t) {
+    cap->free_threads = t->link;
+    --cap->n_free_threads;
+    t->link = nullptr;
+    return t;
+  }
+  return new Thread;
+}
+
+void link_home(Capability* cap, Thread* t) {
+  t->home = cap;
+  t->all_prev = nullptr;
+  cap->all_lock.lock();
+  t->all_next = cap->all_head;
+  if (cap->all_head) cap->all_head->all_prev = t;
+  cap->all_head = t;
+  cap->all_lock.unlock();
+}
+
+void enqueue_new(Capability* cap, Thread* t, Capability* target) {
+  t->cap = target;
+  t->state = ThreadState::runnable;
+  if (target == cap) {
+    cap->run_queue.push_back(t);
+    if (cap->run_queue.size() >= kPushThreshold && rt.n_idle.load(std::memory_order_relaxed) != 0)
+      [[unlikely]] push_work(cap);
+  } else {
+    target->inbox.push(t);
+    notify_capability(target);
+  }
+}
+
+}  // namespace
+
+Task* require_green_thread(const char* what) {
+  Task* task = my_task();
+  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
+    throw usage_error(std::string(what) +
+                      ": called from an OS thread that is not running a green thread; "
+                      "call it from inside capstan::run (the main function or a thread it forked)");
+  }
+  return task;
+}
+
+Thread* alloc_thread(std::size_t size, std::size_t align) {
+  Task* task = require_green_thread("capstan::fork_io");
+  Thread* t = new_thread_object(task->cap);
+  if (size <= Thread::kInlineClosure && align <= 16) {
+    t->closure = t->inline_closure;
+  } else {
+    t->closure_align = align < 16 ? 16 : align;
+    t->closure = ::operator new(size, std::align_val_t(t->closure_align));
+  }
+  return t;
+}
+
+void discard_thread(Thread* t) noexcept {
+  if (t->closure && t->closure != t->inline_closure)
+    ::operator delete(t->closure, std::align_val_t(t->closure_align));
+  delete t->label;
+  // Reset to a pristine state for reuse.
+  t->sp = nullptr;
+  t->stack_lo = nullptr;
+  t->closure = nullptr;
+  t->closure_align = 0;
+  t->label = nullptr;
+  t->locked = t->bound = false;
+  t->saved_errno = 0;
+  t->eh = EhGlobals{};
+  t->state = ThreadState::runnable;
+  t->why = WhyBlocked::not_blocked;
+  t->blocked_on = nullptr;
+  t->waiter = nullptr;
+  t->tsan_fiber = nullptr;
+  Task* task = my_task();
+  Capability* cap = task ? task->cap : nullptr;
+  if (cap && cap->n_free_threads < kMaxFreeThreads) {
+    t->link = cap->free_threads;
+    cap->free_threads = t;
+    ++cap->n_free_threads;
+  } else {
+    delete t;
+  }
+}
+
+std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  t->ops = ops;
+  t->id = next_thread_id(cap);
+  link_home(cap, t);
+  cap->threads_created.add();
+  Capability* target = cap;
+  if (cap_no >= 0) {
+    target = rt.caps[static_cast<unsigned>(cap_no) % rt.n_caps];
+    t->locked = true;
+  }
+  std::uint64_t id = t->id;  // t may run (and finish) elsewhere from here on
+  enqueue_new(cap, t, target);
+  // Every runtime call is a safe point.
+  if (cap->context_switch.load(std::memory_order_relaxed)) [[unlikely]] yield_point_slow();
+  return id;
+}
+
+Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
+                             std::size_t closure_size, bool bound) {
+  Thread* t = new_thread_object(cap);
+  t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
+  std::memcpy(t->inline_closure, closure, closure_size);
+  t->ops = ops;
+  t->id = next_thread_id(cap);
+  t->bound = bound;
+  t->locked = true;
+  link_home(cap, t);
+  cap->threads_created.add();
+  t->cap = cap;
+  cap->run_queue.push_back(t);
+  return t;
+}
+
+void schedule(Task* task) {
+  for (;;) {
+    Capability* cap = task->cap;
+    if (Thread* t = pick(cap)) {
+      switch_to(task, cap, nullptr, t, false);
+      continue;
+    }
+    if (rt.stop.load(std::memory_order_acquire)) return;
+    idle(task, cap);
+  }
+}
+
+void check_killed(Thread* t) {
+  if (rt.shutting_down.load(std::memory_order_relaxed) && !t->bound &&
+      std::uncaught_exceptions() == 0) [[unlikely]]
+    throw thread_killed{};
+}
+
+void yield_current() {
+  Task* task = require_green_thread("capstan::yield");
+  Capability* cap = task->cap;
+  Thread* cur = cap->current;
+  cap->context_switch.store(0, std::memory_order_relaxed);
+  check_killed(cur);
+  Thread* next = pick(cap);
+  if (!next) return;  // nothing else to run: keep going
+  cur->state = ThreadState::runnable;
+  cap->run_queue.push_back(cur);
+  switch_to(task, cap, cur, next, false);
+  check_killed(cur);
+}
+
+void yield_point_slow() {
+  Task* task = require_green_thread("capstan::yield_point");
+  Capability* cap = task->cap;
+  std::uint32_t why = cap->context_switch.exchange(0, std::memory_order_relaxed);
+  check_killed(cap->current);
+  if (why & kTimesliceExpired) {
+    yield_current();  // See Note [Requeue front or back]: back
+  } else if (why & kInterrupt) {
+    // Interrupted, not expired: the thread keeps the front of the queue, so
+    // after the interrupt's work (the inbox) it simply continues.
+    if (cap->inbox.maybe_nonempty()) drain_inbox(cap);
+  }
+}
+
+// Note [Blocking on an MVar]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The blocker enqueues its waiter and marks itself blocked while holding
+// the mvar's lock, then switches away *still holding it*; the landing side
+// releases it (post.unlock).  A waker must take that lock to find the
+// waiter, so it cannot see the blocked thread before its context is fully
+// saved: no thread is ever resumed half-switched, and no wake-up is lost
+// because the check ("is the mvar empty?") and the enqueue happen under the
+// same lock the waker takes (design brief hazard 1).  The waker dequeues
+// the waiter under the lock, which gives it alone the right to wake the
+// thread (hazard 2): a thread is woken exactly once per block.
+void park_current(detail::mvar_core* unlock_after) {
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  Thread* cur = cap->current;
+  cur->state = ThreadState::blocked;
+  cur->why = WhyBlocked::on_mvar;
+  Thread* next = pick(cap);
+  task->post.unlock = unlock_after;
+  switch_to(task, cap, cur, next, false);
+}
+
+// Note [Wake-up affinity]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A thread woken by a running green thread joins the *waker's* capability
+// (unless it is locked there by fork_on or bound), as Go's runnext does: the
+// woken thread usually consumes what the waker just produced, so its data
+// is in this core's cache, and a ping-pong or a ring stays on one
+// capability instead of paying a cross-core wake-up per hand-off.  Load is
+// spread by Note [Pushing work] instead.  Wake-ups from an OS thread that
+// runs no green thread, or of locked threads, go to the thread's own
+// capability through its inbox.
+void wake(Thread* t) noexcept {
+  t->state = ThreadState::runnable;
+  t->why = WhyBlocked::not_blocked;
+  Task* task = my_task();
+  Capability* mine = task ? task->cap : nullptr;
+  if (mine) {
+    if (mine->current && !t->locked) t->cap = mine;
+    if (t->cap == mine) {
+      mine->run_queue.push_back(t);
+      return;
+    }
+  }
+  Capability* target = t->cap;
+  target->inbox.push(t);
+  notify_capability(target);
+}
+
+void notify_capability(Capability* cap) noexcept {
+  // See Note [Sleeping capabilities]: the sender's half of the hand-shake.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (cap->sleeping.load(std::memory_order_relaxed)) cap->running_task->parker.unpark();
+}
+
+void interrupt_capability(Capability* cap) noexcept {
+  cap->context_switch.fetch_or(kInterrupt, std::memory_order_relaxed);
+}
+
+void request_context_switch(Capability* cap) noexcept {
+  cap->context_switch.fetch_or(kTimesliceExpired, std::memory_order_relaxed);
+}
+
+// Note [Killing a blocked thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// At shutdown every blocked thread is woken with thread_killed so its stack
+// unwinds and its destructors run.  The killer must find the mvar the thread
+// waits on, but that mvar may be destroyed concurrently (its waiters are then
+// orphaned).  Thread::wait_lock guards blocked_on/waiter: the blocker sets
+// them, and a waker or an mvar's destructor clears them, under it (while
+// holding the mvar lock: order mvar lock -> wait_lock).  The killer holds
+// wait_lock while it *tries* to take the mvar lock (the reverse order, so it
+// only tries, and on failure backs off and is retried on the next sweep).
+// While the killer holds wait_lock with blocked_on == m, m cannot finish
+// being destroyed, so m is valid.  A waiter that blocked while unwinding
+// (in a destructor) is not killed: throwing there would terminate().
+bool request_kill(Thread* t) noexcept {
+  t->wait_lock.lock();
+  detail::mvar_core* m = t->blocked_on;
+  if (!m) {
+    t->wait_lock.unlock();
+    return true;
+  }
+  if (!m->try_lock()) {
+    t->wait_lock.unlock();
+    return false;
+  }
+  detail::waiter* w = t->waiter;
+  bool killable = w->killable;
+  if (killable) {
+    m->remove(*w);
+    w->outcome = detail::waiter::killed;
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+  }
+  t->wait_lock.unlock();
+  if (killable) wake(t);
+  m->unlock();
+  return true;
+}
+
+}  // namespace capstan::rts

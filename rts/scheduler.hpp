@@ -1,0 +1,59 @@
+// scheduler.hpp - the scheduler: switching, requeueing, waking, idling.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "capability/capability.hpp"
+#include "capstan/detail/bridge.hpp"
+#include "task/task.hpp"
+#include "thread.hpp"
+
+namespace capstan::rts {
+
+// A capability pushes work to idle ones when this many threads wait in its
+// run queue.  See Note [Pushing work].
+inline constexpr std::size_t kPushThreshold = 4;
+
+// The running green thread's Task/Capability, or a usage_error naming `what`.
+Task* require_green_thread(const char* what);
+
+Thread* alloc_thread(std::size_t closure_size, std::size_t closure_align);
+void discard_thread(Thread* t) noexcept;
+std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no);
+// Creates a thread for the runtime's own use on `cap` (no current thread needed).
+Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
+                             std::size_t closure_size, bool bound);
+
+// schedule is a Task's scheduler loop, on its native stack; returns at stop.
+void schedule(Task* task);
+
+// yield_current requeues the running thread at the back and runs the next.
+void yield_current();
+void yield_point_slow();
+
+// park_current blocks the running thread; `unlock_after` is released once
+// its context is saved.  See Note [Blocking on an MVar].
+void park_current(detail::mvar_core* unlock_after);
+
+// wake makes a blocked thread runnable.  Exactly one party may wake a given
+// blocked thread: the one that removed it from the queue it waited in.
+void wake(Thread* t) noexcept;
+
+// interrupt_capability asks `cap`'s running thread to return to the
+// scheduler at its next safe point, keeping its place at the front.
+void interrupt_capability(Capability* cap) noexcept;
+// request_context_switch expires `cap`'s timeslice (what the ticker does).
+void request_context_switch(Capability* cap) noexcept;
+
+// request_kill wakes t with thread_killed if it is blocked on an mvar;
+// returns false if it should be retried later.  Note [Killing a blocked thread].
+bool request_kill(Thread* t) noexcept;
+
+// notify_capability wakes `cap`'s Task if it sleeps.  Note [Sleeping capabilities].
+void notify_capability(Capability* cap) noexcept;
+
+// Throws thread_killed if the runtime is shutting down and t may be killed.
+void check_killed(Thread* t);
+
+}  // namespace capstan::rts

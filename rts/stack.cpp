@@ -1,0 +1,117 @@
+// stack.cpp - see stack.hpp for the design.
+#include "stack.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+
+namespace capstan::rts {
+
+void StackArena::configure(std::size_t usable_size) {
+  page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  usable_ = (usable_size + page_ - 1) / page_ * page_;
+  stride_ = usable_ + page_;
+}
+
+void StackArena::new_slab_locked() {
+  std::size_t bytes = stride_ * kSlabStacks;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr,
+                 "capstan: cannot reserve %zu bytes for green-thread stacks: %s "
+                 "(lower +RTS -K, now %zu bytes)\n",
+                 bytes, std::strerror(errno), usable_);
+    std::abort();
+  }
+  slabs_.emplace_back(p, bytes);
+  ++mappings_;
+  slab_next_ = static_cast<char*>(p);
+  slab_left_ = kSlabStacks;
+  if (!guard_mode_known_) {
+    // Probe once: does this kernel have lightweight guard regions?
+    guard_mode_known_ = true;
+    guard_mode_ = madvise(p, page_, MADV_GUARD_INSTALL) == 0 ? GuardMode::madvise_guard
+                                                              : GuardMode::mprotect;
+  }
+  if (guard_mode_ == GuardMode::madvise_guard) {
+    for (std::size_t i = 0; i < kSlabStacks; ++i) {
+      if (madvise(slab_next_ + i * stride_, page_, MADV_GUARD_INSTALL) != 0) break;
+      ++guarded_;
+    }
+  }
+}
+
+void* StackArena::carve_locked() {
+  if (!cold_.empty()) {
+    void* s = cold_.back();
+    cold_.pop_back();
+    return s;
+  }
+  if (slab_left_ == 0) new_slab_locked();
+  char* base = slab_next_;
+  slab_next_ += stride_;
+  --slab_left_;
+  ++carved_;
+  if (guard_mode_ == GuardMode::mprotect) {
+    if (guarded_ < kMaxMprotectGuards && mprotect(base, page_, PROT_NONE) == 0) ++guarded_;
+  }
+  return base + page_;  // the guard page sits below the usable range
+}
+
+void* StackArena::allocate() {
+  std::lock_guard<std::mutex> g(mu_);
+  return carve_locked();
+}
+
+void StackArena::allocate_batch(std::vector<void*>& out, std::size_t n) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (std::size_t i = 0; i < n; ++i) out.push_back(carve_locked());
+}
+
+void StackArena::give_back(void* const* stacks, std::size_t n) {
+  // Release the memory outside the lock: madvise is a system call.
+  for (std::size_t i = 0; i < n; ++i) madvise(stacks[i], usable_, MADV_DONTNEED);
+  std::lock_guard<std::mutex> g(mu_);
+  cold_.insert(cold_.end(), stacks, stacks + n);
+}
+
+void StackArena::release_all() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [p, n] : slabs_) munmap(p, n);
+  slabs_.clear();
+  cold_.clear();
+  slab_next_ = nullptr;
+  slab_left_ = 0;
+  mappings_ = guarded_ = carved_ = 0;
+  guard_mode_known_ = false;
+}
+
+bool StackArena::is_guard_page(const void* addr, const void* stack_lo) const {
+  auto a = reinterpret_cast<std::uintptr_t>(addr);
+  auto lo = reinterpret_cast<std::uintptr_t>(stack_lo);
+  return a < lo && a >= lo - page_;
+}
+
+void StackPool::trim() {
+  // Keep the watermark's worth of the most recently used (top of the LIFO),
+  // give the coldest back to the OS in one batch.
+  std::size_t excess = free_.size() - watermark_;
+  arena_->give_back(free_.data(), excess);
+  free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(excess));
+}
+
+void StackPool::drain() {
+  if (!free_.empty()) arena_->give_back(free_.data(), free_.size());
+  free_.clear();
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,105 @@
+// stack.hpp - green-thread stacks: reserved slabs, guards, per-capability pools.
+//
+// Design (see docs/stacks.md for the numbers):
+//  * Stacks are carved out of large slabs, one mmap per slab of kSlabStacks
+//    stacks, mapped MAP_NORESERVE: reserving costs address space only, and a
+//    page costs memory only once a thread touches it.  One million stacks
+//    need a few thousand mappings, not two million.
+//  * Each stack has one guard page below it.  Preferred: MADV_GUARD_INSTALL
+//    (Linux >= 6.13), which marks page-table entries and does not split the
+//    slab's mapping, so every stack is guarded for free.  Fallback:
+//    mprotect(PROT_NONE), which splits the mapping into two VMAs per stack,
+//    so it is used only for the first kMaxMprotectGuards stacks (well under
+//    vm.max_map_count = 65530); stacks beyond that rely on the software
+//    check (the saved stack pointer is compared with the stack's low end at
+//    every switch) and the count is reported in +RTS -s.
+//    Rejected: one mmap per stack (1M mappings: impossible), growing or
+//    segmented stacks (C++ frames cannot move; see the design brief 6.4).
+//  * Free stacks are pooled per capability (LIFO, so the hottest stack is
+//    reused and its pages are already resident).  Beyond the watermark
+//    (+RTS -kw) the pool returns batches to the arena with MADV_DONTNEED,
+//    which gives their memory back to the OS but keeps the reservation and
+//    the guard for the next user.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace capstan::rts {
+
+class StackArena {
+ public:
+  enum class GuardMode { madvise_guard, mprotect, none };
+
+  // configure sets the usable size of every stack; call before allocate().
+  void configure(std::size_t usable_size);
+  // release_all unmaps every slab; no stack may be in use.
+  void release_all();
+
+  // allocate returns the low end of a usable stack of size().
+  void* allocate();
+  // allocate_batch adds up to n stacks to out (fewer lock round trips).
+  void allocate_batch(std::vector<void*>& out, std::size_t n);
+  // give_back returns stacks whose memory is to be released to the OS.
+  void give_back(void* const* stacks, std::size_t n);
+
+  std::size_t size() const { return usable_; }
+  GuardMode guard_mode() const { return guard_mode_; }
+  std::uint64_t mappings() const { return mappings_; }
+  std::uint64_t guarded() const { return guarded_; }
+  std::uint64_t reserved_stacks() const { return carved_; }
+  // guard_of tells whether addr lies in some stack's guard page (for the
+  // SIGSEGV handler: cheap, no lock, approximate only in the fallback mode).
+  bool is_guard_page(const void* addr, const void* stack_lo) const;
+
+  static constexpr std::size_t kSlabStacks = 256;
+  static constexpr std::size_t kMaxMprotectGuards = 16384;
+
+ private:
+  void* carve_locked();
+  void new_slab_locked();
+
+  std::mutex mu_;
+  std::size_t usable_ = 0;     // bytes usable per stack (multiple of the page size)
+  std::size_t stride_ = 0;     // usable_ + one guard page
+  std::size_t page_ = 4096;
+  GuardMode guard_mode_ = GuardMode::none;  // decided on the first slab
+  bool guard_mode_known_ = false;
+  char* slab_next_ = nullptr;  // next stride to carve (guarded by mu_)
+  std::size_t slab_left_ = 0;
+  std::vector<std::pair<void*, std::size_t>> slabs_;  // guarded by mu_
+  std::vector<void*> cold_;    // released stacks ready for reuse (guarded by mu_)
+  std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
+};
+
+// StackPool: one capability's free stacks.  Owner: the capability's Task.
+class StackPool {
+ public:
+  void attach(StackArena* arena, std::size_t watermark) {
+    arena_ = arena;
+    watermark_ = watermark;
+  }
+  void* get() {
+    if (free_.empty()) arena_->allocate_batch(free_, 16);
+    void* s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void put(void* s) {
+    free_.push_back(s);
+    if (free_.size() > 2 * watermark_ + 16) trim();
+  }
+  // drain gives every pooled stack back to the arena.
+  void drain();
+  std::size_t pooled() const { return free_.size(); }
+
+ private:
+  void trim();
+  StackArena* arena_ = nullptr;
+  std::size_t watermark_ = 0;
+  std::vector<void*> free_;
+};
+
+}  // namespace capstan::rts

@@ -1,0 +1,43 @@
+// task.cpp - OS-thread bookkeeping for Tasks.  See task.hpp.
+#include "task.hpp"
+
+#include <pthread.h>
+
+#include <cerrno>
+
+namespace __cxxabiv1 {
+struct __cxa_eh_globals;
+extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
+}  // namespace __cxxabiv1
+
+namespace capstan::rts {
+
+namespace {
+thread_local Task* tl_task = nullptr;
+}
+
+__attribute__((noinline)) Task* my_task() noexcept {
+  // The empty asm keeps the compiler from treating this as a pure function
+  // whose result could be reused across a switch.
+  asm volatile("" ::: "memory");
+  return tl_task;
+}
+
+__attribute__((noinline)) void set_my_task(Task* t) noexcept { tl_task = t; }
+
+void bind_task_to_this_os_thread(Task* t) {
+  set_my_task(t);
+  t->errno_loc = &errno;
+  t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* lo = nullptr;
+    std::size_t size = 0;
+    pthread_attr_getstack(&attr, &lo, &size);
+    t->native_stack_lo = lo;
+    t->native_stack_size = size;
+    pthread_attr_destroy(&attr);
+  }
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,70 @@
+// task.hpp - Task: an OS thread known to the runtime (GHC's Task).
+//
+// Each capability has one worker Task (the OS thread that called run() is
+// capability 0's).  A Task has its own native "scheduler context": the stack
+// it started on, where schedule() loops.  Green threads switch among
+// themselves directly and fall back to the scheduler context only when their
+// capability has nothing else to run.
+//
+// Note [TLS across a switch]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A green thread may continue on a different OS thread after any switch
+// (design brief hazard 4).  A compiler may compute a thread-local's address
+// once per function and keep it in a callee-saved register, which our switch
+// faithfully preserves - pointing at the previous OS thread's TLS.  So the
+// runtime reads its TLS only through my_task(), which is noinline (and
+// therefore re-evaluated after every call), and never caches a Task* or
+// Capability* across a call that may switch: re-read my_task()->cap.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <thread>
+
+#include "../parker.hpp"
+#include "../thread.hpp"
+
+namespace capstan::detail {
+class mvar_core;
+}
+
+namespace capstan::rts {
+
+struct Capability;
+
+// What the context that lands after a switch must do on behalf of the one
+// that left (the leaving context cannot do it: it is no longer running).
+// See Note [Blocking on an MVar] and Note [Finishing a thread].
+struct PostSwitch {
+  Thread* dead = nullptr;                    // recycle its stack and object
+  detail::mvar_core* unlock = nullptr;       // release after the blocker's context is saved
+  Thread* from = nullptr;                    // the thread we left, for the overflow check
+};
+
+struct Task {
+  Capability* cap = nullptr;     // the capability this Task runs
+  void* sched_sp = nullptr;      // saved scheduler (native) context
+  PostSwitch post;               // written by the leaving side, run by the landing side
+  Parker parker;                 // sleeps here when idle
+  std::thread os_thread;         // workers only
+  bool is_worker = false;
+
+  // Cached per-OS-thread locations (valid: a Task never changes OS thread).
+  int* errno_loc = nullptr;
+  EhGlobals* eh = nullptr;
+
+  // Sanitizer state of the native scheduler context.
+  void* tsan_fiber = nullptr;
+  const void* native_stack_lo = nullptr;
+  std::size_t native_stack_size = 0;
+};
+
+// my_task returns the calling OS thread's Task, or null if it has none.
+// Never inlined: see Note [TLS across a switch].
+Task* my_task() noexcept;
+void set_my_task(Task* t) noexcept;
+
+// Fills in the per-OS-thread caches of a Task running on the calling thread.
+void bind_task_to_this_os_thread(Task* t);
+
+}  // namespace capstan::rts

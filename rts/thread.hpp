@@ -1,0 +1,73 @@
+// thread.hpp - Thread: a green thread (GHC's TSO).
+//
+// A Thread is owned by exactly one party at a time (cf. Go's runtime2.go):
+//  * runnable: by the run queue or inbox it sits in; its `cap` is the
+//    capability whose scheduler will run it; its stack is not in use.
+//  * running: by the Task (OS thread) running it on `cap`.
+//  * blocked: by the queue of the object it waits on (an mvar); the waker
+//    that dequeues it under that object's lock owns the right to wake it.
+//    See Note [Blocking on an MVar] in scheduler.cpp.
+//  * finished: by the capability that recycles it after switching away.
+// Queueing never allocates: `link` is the intrusive run-queue/inbox link.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "capstan/detail/bridge.hpp"
+#include "capstan/detail/mvar_core.hpp"
+#include "spinlock.hpp"
+
+namespace capstan::rts {
+
+struct Capability;
+
+enum class ThreadState : std::uint8_t { runnable, running, blocked, finished };
+enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_shutdown };
+
+// The C++ runtime's per-thread exception bookkeeping (libstdc++/libc++abi
+// __cxa_eh_globals): swapped at every switch so a switch inside a catch
+// block cannot corrupt another thread's (design brief hazard 5).
+struct EhGlobals {
+  void* caught = nullptr;
+  unsigned int uncaught = 0;
+};
+
+struct Thread {
+  static constexpr std::size_t kInlineClosure = 64;
+
+  void* sp = nullptr;              // saved context; null until first run
+  Thread* link = nullptr;          // run queue / inbox / free list (owner: see above)
+  Capability* cap = nullptr;       // capability that runs it next
+  void* stack_lo = nullptr;        // usable stack [stack_lo, +size), null until first run
+  std::uint64_t id = 0;
+  ThreadState state = ThreadState::runnable;
+  WhyBlocked why = WhyBlocked::not_blocked;
+  bool locked = false;             // fork_on or bound: never migrates
+  bool bound = false;              // run()'s main thread
+  int saved_errno = 0;
+  EhGlobals eh;
+
+  const detail::closure_ops* ops = nullptr;
+  void* closure = nullptr;         // inline_closure or heap
+  std::size_t closure_align = 0;   // of a heap closure
+  std::string* label = nullptr;    // owner: the thread itself / label_thread under all_lock
+
+  // Per-capability list of every live thread (home->all_lock); used to find
+  // blocked threads at shutdown.  See Note [Killing a blocked thread].
+  Capability* home = nullptr;
+  Thread* all_prev = nullptr;
+  Thread* all_next = nullptr;
+
+  // What the thread is blocked on, guarded by wait_lock.
+  SpinLock wait_lock;
+  detail::mvar_core* blocked_on = nullptr;
+  detail::waiter* waiter = nullptr;
+
+  void* tsan_fiber = nullptr;      // ThreadSanitizer fiber, if running under TSan
+  alignas(16) unsigned char inline_closure[kInlineClosure];
+};
+
+}  // namespace capstan::rts

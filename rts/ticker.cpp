@@ -1,0 +1,78 @@
+// ticker.cpp - see ticker.hpp.
+//
+// Note [Stopping the ticker]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An idle runtime must cost no CPU, so after two consecutive ticks with every
+// capability idle the ticker parks on rt.ticker_parked (GHC stops its ticker
+// when idle, #1623).  Hand-shake with a capability leaving idle():
+//   ticker: ticker_parked = 1 (seq_cst); if n_idle != n_caps: resume;
+//           else futex_wait(ticker_parked, 1)
+//   cap:    n_idle -= 1 (seq_cst RMW); if ticker_parked: ticker_parked = 0;
+//           futex_wake
+// All four accesses are seq_cst, so either the ticker sees the busy
+// capability or the capability sees the parked flag; FUTEX_WAIT re-checks
+// the word, so a wake between the check and the wait is not lost.  Losing a
+// tick would only delay a timeslice, but we do not lose it.
+#include "ticker.hpp"
+
+#include <time.h>
+
+#include "parker.hpp"
+#include "runtime.hpp"
+#include "scheduler.hpp"
+
+namespace capstan::rts {
+
+Ticker ticker;
+
+void Ticker::start(std::chrono::microseconds interval) {
+  interval_ = interval;
+  quit_.store(0);
+  ticks_.store(0);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Ticker::stop() {
+  if (!thread_.joinable()) return;
+  quit_.store(1, std::memory_order_seq_cst);
+  futex_wake(&quit_, 1);
+  rt.ticker_parked.store(0, std::memory_order_seq_cst);
+  futex_wake(&rt.ticker_parked, 1);
+  thread_.join();
+}
+
+void Ticker::loop() {
+  auto us = interval_.count();
+  struct timespec ts {
+    static_cast<time_t>(us / 1000000), static_cast<long>((us % 1000000) * 1000)
+  };
+  int idle_ticks = 0;
+  while (!quit_.load(std::memory_order_seq_cst)) {
+    futex_wait(&quit_, 0, &ts);  // sleep one interval, or until stop()
+    if (quit_.load(std::memory_order_seq_cst)) break;
+    ticks_.fetch_add(1, std::memory_order_relaxed);
+    sample_peaks();
+    if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
+      rt.shutdown_events->try_put(1);  // Note [Shutdown]: the grace-period clock
+    bool any_busy = false;
+    for (Capability* c : rt.caps) {
+      if (!c->idle.load(std::memory_order_relaxed)) {
+        request_context_switch(c);
+        any_busy = true;
+      }
+    }
+    idle_ticks = any_busy ? 0 : idle_ticks + 1;
+    if (idle_ticks >= 2 && !rt.shutting_down.load(std::memory_order_relaxed)) {
+      rt.ticker_parked.store(1, std::memory_order_seq_cst);
+      if (rt.n_idle.load(std::memory_order_seq_cst) == rt.n_caps) {
+        while (rt.ticker_parked.load(std::memory_order_seq_cst) == 1 &&
+               !quit_.load(std::memory_order_seq_cst))
+          futex_wait(&rt.ticker_parked, 1);
+      }
+      rt.ticker_parked.store(0, std::memory_order_seq_cst);
+      idle_ticks = 0;
+    }
+  }
+}
+
+}  // namespace capstan::rts
