@@ -17,8 +17,9 @@ std::string runtime_statistics::summary() const {
   auto it = std::back_inserter(out);
   fmt::format_to(it, "capstan runtime statistics (+RTS -s)\n");
   fmt::format_to(it, "  threads: {} created, {} finished, {} killed at shutdown, {} abandoned, "
-      "{} ended by an uncaught exception\n",
-      threads_created, threads_finished, threads_killed, threads_abandoned, uncaught_exceptions);
+      "{} ended by an uncaught exception, {} blocked indefinitely\n",
+      threads_created, threads_finished, threads_killed, threads_abandoned, uncaught_exceptions,
+      blocked_indefinitely);
   fmt::format_to(it, "  peak live threads: {} (sampled every tick)\n", peak_live_threads);
   fmt::format_to(it, "  context switches: {}\n", context_switches);
   fmt::format_to(it, "  stacks: peak {} in use ({:.1f} MiB reserved), {} guarded, {} mappings\n",

@@ -144,15 +144,11 @@ void reclaim_leftovers() {
       if (t->closure && t->closure != t->inline_closure)
         ::operator delete(t->closure, std::align_val_t(t->closure_align));
       delete t->label;
-      delete t;
       t = next;
     }
     c->all_head = nullptr;
-    while (Thread* f = c->free_threads) {
-      c->free_threads = f->link;
-      delete f;
-    }
   }
+  rt.depot.release_all();  // every Thread object lives in its slabs
 }
 
 void validate(const options& o) {
@@ -202,6 +198,7 @@ runtime_statistics snapshot_statistics() {
     s.threads_finished += c->threads_finished.get();
     s.threads_killed += c->threads_killed.get();
     s.uncaught_exceptions += c->uncaught_exceptions.get();
+    s.blocked_indefinitely += c->threads_blocked_indefinitely.get();
     s.stacks_in_use += c->stacks_allocated.get() - c->stacks_freed.get();
   }
   s.live_threads = s.threads_created - s.threads_finished;
@@ -247,6 +244,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   rt.peak_stacks.store(0);
   abandoned_count = 0;
   rt.started = std::chrono::steady_clock::now();
+  rt.sanitizers = san::asan() || san::tsan();
   rt.arena.configure(o.stack_size);
   rt.caps.clear();
   rt.tasks.clear();
@@ -254,6 +252,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     auto* c = new Capability;
     c->no = i;
     c->stacks.attach(&rt.arena, o.stack_pool_watermark);
+    c->threads.attach(&rt.depot);
     rt.caps.push_back(c);
     auto task = std::make_unique<Task>();
     task->cap = c;

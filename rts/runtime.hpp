@@ -32,6 +32,8 @@ struct Runtime {
   std::atomic<std::uint64_t> peak_stacks{0};
 
   StackArena arena;
+  ThreadDepot depot;
+  bool sanitizers = false;                       // ASan or TSan fiber hooks present
   std::vector<std::unique_ptr<Task>> tasks;      // tasks[i] runs caps[i]
   capstan::mvar<char>* shutdown_events = nullptr;  // Note [Shutdown]
   std::chrono::steady_clock::time_point started;

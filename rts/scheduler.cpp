@@ -62,6 +62,7 @@
 
 #include "asm/context.hpp"
 #include "capstan/errors.hpp"
+#include "capstan/mvar.hpp"
 #include "runtime.hpp"
 #include "sanitizer.hpp"
 
@@ -70,9 +71,6 @@ namespace capstan::rts {
 namespace {
 
 [[noreturn]] void thread_entry(void* arg);
-
-// Free Thread objects kept per capability before extras are deleted.
-constexpr std::size_t kMaxFreeThreads = 4096;
 
 void fatal_stack_overflow(Thread* t) {
   char buf[256];
@@ -95,10 +93,6 @@ void recycle(Capability* cap, Thread* t) {
 // after_switch runs on the landing side of every switch.  `p` is the post
 // box of the Task that switched (the same OS thread as ours).
 inline void after_switch(PostSwitch* p) {
-  if (Thread* from = p->from) {
-    // Software overflow check, for stacks the arena could not guard.
-    if (from->stack_lo && from->sp < from->stack_lo) [[unlikely]] fatal_stack_overflow(from);
-  }
   if (Thread* dead = p->dead) [[unlikely]] {
     p->dead = nullptr;
     recycle(my_task()->cap, dead);
@@ -112,55 +106,67 @@ inline void after_switch(PostSwitch* p) {
 void prepare_stack(Capability* cap, Thread* t) {
   t->stack_lo = cap->stacks.get();
   t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);
-  if (san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
+  if (rt.sanitizers && san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
   cap->stacks_allocated.add();
 }
 
 // switch_to leaves `from` (null: the Task's scheduler context) for `to`
 // (null: the scheduler context).  The caller has already requeued, blocked
 // or finished `from`.  Returns when someone switches back to `from`.
-void switch_to(Task* task, Capability* cap, Thread* from, Thread* to, bool from_dying) {
+[[gnu::always_inline]] inline void switch_to(Task* task, Capability* cap, Thread* from, Thread* to,
+                                             bool from_dying) {
   int* errno_loc = task->errno_loc;
   EhGlobals* eh = task->eh;
+  void** save;
   if (from) {
+    // Software overflow check, for stacks the arena could not guard.
+    if (stack_pointer() < from->stack_lo) [[unlikely]]
+      fatal_stack_overflow(from);
     from->saved_errno = *errno_loc;
-    from->eh = *eh;
+    // Exception state is almost always empty: save it only when it is not.
+    if (eh->caught || eh->uncaught) [[unlikely]] {
+      from->eh = *eh;
+      from->has_eh = true;
+      *eh = EhGlobals{};
+    }
+    save = &from->sp;
+  } else {
+    save = &task->sched_sp;
   }
-  void** save = from ? &from->sp : &task->sched_sp;
   void* target;
-  const void* to_lo;
-  std::size_t to_size;
-  void* to_fiber;
   if (to) {
     if (!to->sp) prepare_stack(cap, to);
     *errno_loc = to->saved_errno;
-    *eh = to->eh;
+    if (to->has_eh) [[unlikely]] {
+      *eh = to->eh;
+      to->has_eh = false;
+    }
     to->state = ThreadState::running;
     cap->current = to;
     cap->context_switches.add();
-    if (rt.switch_every_safe_point) cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);
+    if (rt.switch_every_safe_point) [[unlikely]]
+      cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);
     target = to->sp;
-    to_lo = to->stack_lo;
-    to_size = rt.arena.size();
-    to_fiber = to->tsan_fiber;
   } else {
-    *eh = EhGlobals{};
     cap->current = nullptr;
     target = task->sched_sp;
-    to_lo = task->native_stack_lo;
-    to_size = task->native_stack_size;
-    to_fiber = task->tsan_fiber;
   }
-  task->post.from = from;
+  if (!rt.sanitizers) [[likely]] {
+    void* arg = capstan_switch(save, target, &task->post);
+    // --- we may be on another OS thread now: `task` and `cap` are stale ---
+    after_switch(static_cast<PostSwitch*>(arg));
+    return;
+  }
+  // Sanitizer builds: announce the stack we are moving to (sanitizer.hpp).
   void* fake_stack = nullptr;
-  if (san::asan()) [[unlikely]]
-    __sanitizer_start_switch_fiber(from_dying ? nullptr : &fake_stack, to_lo, to_size);
-  if (san::tsan()) [[unlikely]]
-    __tsan_switch_to_fiber(to_fiber, 0);
+  if (san::asan()) {
+    const void* lo = to ? to->stack_lo : task->native_stack_lo;
+    std::size_t size = to ? rt.arena.size() : task->native_stack_size;
+    __sanitizer_start_switch_fiber(from_dying ? nullptr : &fake_stack, lo, size);
+  }
+  if (san::tsan()) __tsan_switch_to_fiber(to ? to->tsan_fiber : task->tsan_fiber, 0);
   void* arg = capstan_switch(save, target, &task->post);
-  // --- we may be on another OS thread now: `task` and `cap` are stale ---
-  if (san::asan()) [[unlikely]]
-    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+  if (san::asan()) __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
   after_switch(static_cast<PostSwitch*>(arg));
 }
 
@@ -327,7 +333,7 @@ void notify_shutdown() {
 }
 
 [[noreturn]] void thread_entry(void* arg) {
-  if (san::asan()) [[unlikely]]
+  if (rt.sanitizers && san::asan()) [[unlikely]]
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
   after_switch(static_cast<PostSwitch*>(arg));
   Thread* self = my_task()->cap->current;
@@ -338,6 +344,10 @@ void notify_shutdown() {
       self->ops->invoke(self->closure);
     } catch (const thread_killed&) {
       my_task()->cap->threads_killed.add();
+    } catch (const blocked_indefinitely&) {
+      // As GHC's childHandler: a forked thread that can never be woken
+      // ends quietly (counted in the statistics).
+      my_task()->cap->threads_blocked_indefinitely.add();
     } catch (const std::exception& e) {
       report_uncaught(self, e.what());
     } catch (...) {
@@ -357,16 +367,7 @@ std::uint64_t next_thread_id(Capability* cap) {
   return cap->next_id++;
 }
 
-Thread* new_thread_object(Capability* cap) {
-  Thread* t = cap->free_threads;
-  if (t) {
-    cap->free_threads = t->link;
-    --cap->n_free_threads;
-    t->link = nullptr;
-    return t;
-  }
-  return new Thread;
-}
+Thread* new_thread_object(Capability* cap) { return cap->threads.get(); }
 
 void link_home(Capability* cap, Thread* t) {
   t->home = cap;
@@ -393,13 +394,15 @@ void enqueue_new(Capability* cap, Thread* t, Capability* target) {
 
 }  // namespace
 
+[[noreturn]] void throw_not_green(const char* what) {
+  throw usage_error(std::string(what) +
+                    ": called from an OS thread that is not running a green thread; "
+                    "call it from inside capstan::run (the main function or a thread it forked)");
+}
+
 Task* require_green_thread(const char* what) {
   Task* task = my_task();
-  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
-    throw usage_error(std::string(what) +
-                      ": called from an OS thread that is not running a green thread; "
-                      "call it from inside capstan::run (the main function or a thread it forked)");
-  }
+  if (!task || !task->cap || !task->cap->current) [[unlikely]] throw_not_green(what);
   return task;
 }
 
@@ -433,15 +436,10 @@ void discard_thread(Thread* t) noexcept {
   t->blocked_on = nullptr;
   t->waiter = nullptr;
   t->tsan_fiber = nullptr;
+  t->has_eh = false;
   Task* task = my_task();
-  Capability* cap = task ? task->cap : nullptr;
-  if (cap && cap->n_free_threads < kMaxFreeThreads) {
-    t->link = cap->free_threads;
-    cap->free_threads = t;
-    ++cap->n_free_threads;
-  } else {
-    delete t;
-  }
+  if (task && task->cap) task->cap->threads.put(t);
+  else rt.depot.give_batch(t, 1);
 }
 
 std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
@@ -498,17 +496,18 @@ void check_killed(Thread* t) {
 }
 
 void yield_current() {
-  Task* task = require_green_thread("capstan::yield");
+  Task* task = my_task_before_switch();
+  if (!task || !task->cap->current) [[unlikely]] throw_not_green("capstan::yield");
   Capability* cap = task->cap;
   Thread* cur = cap->current;
   cap->context_switch.store(0, std::memory_order_relaxed);
-  check_killed(cur);
+  if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
   Thread* next = pick(cap);
   if (!next) return;  // nothing else to run: keep going
   cur->state = ThreadState::runnable;
   cap->run_queue.push_back(cur);
   switch_to(task, cap, cur, next, false);
-  check_killed(cur);
+  if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
 }
 
 void yield_point_slow() {

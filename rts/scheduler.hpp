@@ -17,6 +17,7 @@ inline constexpr std::size_t kPushThreshold = 4;
 
 // The running green thread's Task/Capability, or a usage_error naming `what`.
 Task* require_green_thread(const char* what);
+[[noreturn]] void throw_not_green(const char* what);
 
 Thread* alloc_thread(std::size_t closure_size, std::size_t closure_align);
 void discard_thread(Thread* t) noexcept;

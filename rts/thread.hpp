@@ -47,6 +47,7 @@ struct Thread {
   WhyBlocked why = WhyBlocked::not_blocked;
   bool locked = false;             // fork_on or bound: never migrates
   bool bound = false;              // run()'s main thread
+  bool has_eh = false;             // eh holds saved state (inside a catch / unwinding)
   int saved_errno = 0;
   EhGlobals eh;
 

@@ -15,6 +15,7 @@
 #include "../run_queue.hpp"
 #include "../spinlock.hpp"
 #include "../stack.hpp"
+#include "../thread_pool.hpp"
 #include "inbox.hpp"
 
 namespace capstan::rts {
@@ -41,13 +42,13 @@ struct alignas(64) Capability {
   Thread* current = nullptr;       // [owner] the running green thread, null in the scheduler
   Task* running_task = nullptr;    // [owner] (set before the Task starts)
   StackPool stacks;                // [owner]
-  Thread* free_threads = nullptr;  // [owner] recycled Thread objects
-  std::size_t n_free_threads = 0;  // [owner]
+  ThreadCache threads;             // [owner] recycled Thread objects
   std::uint64_t next_id = 0;       // [owner] ids handed out in blocks
   std::uint64_t id_end = 0;        // [owner]
 
   // --- statistics: written by the owner, read by anyone --------------------
   OwnerCounter threads_created, threads_finished, threads_killed, uncaught_exceptions;
+  OwnerCounter threads_blocked_indefinitely;
   OwnerCounter context_switches, threads_pushed, threads_received, sleeps;
   OwnerCounter idle_ns, stacks_allocated, stacks_freed;
 

@@ -12,18 +12,16 @@ extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
 
 namespace capstan::rts {
 
-namespace {
-thread_local Task* tl_task = nullptr;
-}
+constinit thread_local Task* tl_task_slot __attribute__((tls_model("initial-exec"))) = nullptr;
 
 __attribute__((noinline)) Task* my_task() noexcept {
   // The empty asm keeps the compiler from treating this as a pure function
   // whose result could be reused across a switch.
   asm volatile("" ::: "memory");
-  return tl_task;
+  return tl_task_slot;
 }
 
-__attribute__((noinline)) void set_my_task(Task* t) noexcept { tl_task = t; }
+__attribute__((noinline)) void set_my_task(Task* t) noexcept { tl_task_slot = t; }
 
 void bind_task_to_this_os_thread(Task* t) {
   set_my_task(t);

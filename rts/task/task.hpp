@@ -64,6 +64,27 @@ struct Task {
 Task* my_task() noexcept;
 void set_my_task(Task* t) noexcept;
 
+extern constinit thread_local Task* tl_task_slot __attribute__((tls_model("initial-exec")));
+
+// my_task_before_switch is the inlined read of the same slot, for hot paths
+// that use the result only *before* their first switch (a compiler may
+// reuse the thread-local's address within a function, never across the
+// functions that run after we are resumed elsewhere).
+inline Task* my_task_before_switch() noexcept { return tl_task_slot; }
+
+// The current stack pointer (for the software overflow check).
+inline void* stack_pointer() noexcept {
+  void* sp;
+#if defined(__x86_64__)
+  asm volatile("mov %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+  asm volatile("mov %0, sp" : "=r"(sp));
+#else
+  sp = __builtin_frame_address(0);
+#endif
+  return sp;
+}
+
 // Fills in the per-OS-thread caches of a Task running on the calling thread.
 void bind_task_to_this_os_thread(Task* t);
 

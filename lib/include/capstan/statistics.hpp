@@ -25,6 +25,7 @@ struct runtime_statistics {
   std::uint64_t threads_killed = 0;       // reclaimed at shutdown (thread_killed)
   std::uint64_t threads_abandoned = 0;    // still alive after the shutdown grace period
   std::uint64_t uncaught_exceptions = 0;  // forked threads ended by an exception
+  std::uint64_t blocked_indefinitely = 0; // ended quietly: their mvar was destroyed
   std::uint64_t context_switches = 0;
   std::uint64_t live_threads = 0;
   std::uint64_t peak_live_threads = 0;    // sampled at every tick and fork burst
