@@ -21,7 +21,6 @@ Runs are strictly sequential.
 
 import argparse
 import datetime
-import os
 import shlex
 import shutil
 import signal
@@ -201,7 +200,7 @@ def table_rows(cells, have_ghc):
         c, g = median(cap, primary), median(ghc, primary)
         if c is not None and g:
             r = c / g
-            ratio = f"{r:.0f}" if r >= 100 else f"{r:.3g}"
+            ratio = f"{r:.2f}" if r >= 0.1 else f"{r:.2g}"
         extra = " ".join(f"{k}={cell(cap, k)}" + (f"/{cell(ghc, k)}" if have_ghc else "")
                          for k in keys[1:])
         rows.append([prog, primary, str(caps), cell(cap, primary), cap_range,
@@ -232,12 +231,13 @@ def markdown_table(rows):
     return "\n".join(out)
 
 
-def uname():
+def command_output(cmd):
+    """First line of a command's stdout, or '?' if it cannot run."""
     try:
-        return subprocess.run(["uname", "-srm"], capture_output=True,
-                              text=True).stdout.strip()
+        out = subprocess.run(cmd, capture_output=True, text=True).stdout
     except OSError:
-        return os.uname().sysname
+        return "?"
+    return (out.strip().splitlines() or ["?"])[0]
 
 
 # ---------------------------------------------------------------- main
@@ -295,7 +295,7 @@ def main():
         if have_ghc:
             impls.append(("ghc", twins[prog]))
         for caps in CAPS:
-            cell = cells[(prog, caps)] = {}
+            series = cells[(prog, caps)] = {}
             for impl, binary in impls:
                 if isinstance(binary, RunError):
                     res, err = [], str(binary)
@@ -306,7 +306,7 @@ def main():
                                           prog_reps, args.timeout)
                 if err:
                     failures.append((prog, caps, impl, err))
-                cell[impl] = (res, err)
+                series[impl] = (res, err)
 
     rows = table_rows(cells, have_ghc)
     print()
@@ -324,11 +324,12 @@ def main():
             "# capstan nofib_like benchmarks",
             "",
             f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-            f"- machine: `{uname()}`",
+            f"- machine: `{command_output(['uname', '-srm'])}`",
             f"- command: `{cmdline}`",
             f"- reps: {reps} (pingpong: {max(reps, MIN_REPS['pingpong'])}); "
             f"sizes: {sizes}",
-            f"- ghc twins: {'yes' if have_ghc else 'no'}; "
+            "- ghc twins: " + (f"ghc {command_output(['ghc', '--numeric-version'])}"
+                               if have_ghc else "not run") + "; "
             "all metrics lower is better; ratio = capstan median / ghc median",
             "",
             markdown_table(rows),

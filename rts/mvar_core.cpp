@@ -31,12 +31,10 @@ void mvar_core::park(waiter& w) {
         "thread; block only inside capstan::run, or use try_take/try_put from other threads");
   }
   Thread* cur = task->cap->current;
-  if (rt_shutting_down() && !cur->bound) [[unlikely]] {
-    if (std::uncaught_exceptions() == 0) {
-      remove(w);
-      unlock();
-      throw thread_killed{};
-    }
+  if (rt_shutting_down() && !cur->bound && std::uncaught_exceptions() == 0) [[unlikely]] {
+    remove(w);
+    unlock();
+    rts::check_killed(cur);  // Note [Shutdown checkpoints]: does not return
   }
   w.thread = cur;
   w.killable = std::uncaught_exceptions() == 0;

@@ -489,10 +489,38 @@ void schedule(Task* task) {
   }
 }
 
+// Note [Shutdown checkpoints]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// During shutdown every runtime call of an unbound thread is a checkpoint:
+//  * after stop (the grace period is over) the thread is abandoned: it
+//    switches to its Task's scheduler and is never resumed (its stack is
+//    freed by run());
+//  * otherwise it first yields - so a thread that catches thread_killed and
+//    calls in again, in a loop, cannot keep the main thread (which drives
+//    shutdown) off its capability - and then throws thread_killed.
+// While the thread is unwinding (uncaught_exceptions() > 0) nothing is
+// thrown: throwing from a destructor would terminate().
+[[noreturn]] void abandon_current(Thread* t) {
+  Task* task = my_task();
+  t->state = ThreadState::blocked;
+  t->why = WhyBlocked::on_shutdown;
+  switch_to(task, task->cap, t, nullptr, false);
+  __builtin_unreachable();  // nobody resumes an abandoned thread
+}
+
 void check_killed(Thread* t) {
-  if (rt.shutting_down.load(std::memory_order_relaxed) && !t->bound &&
-      std::uncaught_exceptions() == 0) [[unlikely]]
-    throw thread_killed{};
+  if (!rt.shutting_down.load(std::memory_order_acquire) || t->bound) return;
+  if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
+  if (std::uncaught_exceptions() != 0) return;
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  if (Thread* next = pick(cap)) {
+    t->state = ThreadState::runnable;
+    cap->run_queue.push_back(t);
+    switch_to(task, cap, t, next, false);
+  }
+  if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
+  throw thread_killed{};
 }
 
 void yield_current() {

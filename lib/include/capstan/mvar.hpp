@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 #include <stdexcept>
 #include <utility>
 
@@ -52,6 +53,7 @@ class mvar {
 
   // read waits until the mvar is full and returns a copy, leaving it full.
   T read() {
+    static_assert(std::is_copy_constructible_v<T>, "mvar<T>::read needs a copyable T");
     core_.lock();
     if (value_) {
       T v = *value_;
@@ -106,10 +108,20 @@ class mvar {
 
   // try_read returns a copy of the value, or nullopt if empty.
   std::optional<T> try_read() {
+    static_assert(std::is_copy_constructible_v<T>, "mvar<T>::try_read needs a copyable T");
     core_.lock();
     std::optional<T> r = value_;
     core_.unlock();
     return r;
+  }
+
+  // waiting returns how many threads were blocked on the mvar at the moment
+  // of the call (takers and readers when empty, putters when full).
+  std::size_t waiting() {
+    core_.lock();
+    std::size_t n = core_.waiters();
+    core_.unlock();
+    return n;
   }
 
   // is_empty tells whether the mvar was empty at the moment of the call.
@@ -126,10 +138,12 @@ class mvar {
   void deliver(T v) {
     while (detail::waiter* w = core_.front()) {
       auto* dest = static_cast<std::optional<T>*>(w->slot);
-      if (w->kind == detail::waiter::read) {
-        dest->emplace(v);
-        core_.serve(*w);  // after serve, w and *dest may vanish
-        continue;
+      if constexpr (std::is_copy_constructible_v<T>) {
+        if (w->kind == detail::waiter::read) {
+          dest->emplace(v);
+          core_.serve(*w);  // after serve, w and *dest may vanish
+          continue;
+        }
       }
       dest->emplace(std::move(v));  // a taker: putters never wait on an empty mvar
       core_.serve(*w);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace capstan::detail {
@@ -42,6 +43,7 @@ class mvar_core {
   bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
 
   bool has_waiters() const noexcept { return head_ != nullptr; }
+  std::size_t waiters() const noexcept { return n_waiters_; }
   waiter* front() const noexcept { return head_; }
 
   void enqueue(waiter& w) noexcept {
@@ -49,11 +51,13 @@ class mvar_core {
     w.prev = tail_;
     if (tail_) tail_->next = &w; else head_ = &w;
     tail_ = &w;
+    ++n_waiters_;
   }
   void remove(waiter& w) noexcept {
     if (w.prev) w.prev->next = w.next; else head_ = w.next;
     if (w.next) w.next->prev = w.prev; else tail_ = w.prev;
     w.next = w.prev = nullptr;
+    --n_waiters_;
   }
 
   // park blocks the calling green thread on w (already enqueued, lock held)
@@ -72,6 +76,7 @@ class mvar_core {
   std::atomic<bool> locked_{false};
   waiter* head_ = nullptr;  // guarded by locked_
   waiter* tail_ = nullptr;  // guarded by locked_
+  std::size_t n_waiters_ = 0;  // guarded by locked_
 };
 
 }  // namespace capstan::detail

@@ -1,0 +1,169 @@
+// mvar_test.cpp - MVar semantics: FIFO single wake-ups, direct hand-over,
+// readers, try_ operations, orphaned waiters, calls from plain OS threads.
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../capstan_test.hpp"
+
+namespace {
+
+using capstan_test::WithCaps;
+
+class MVar : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(MVar);
+
+// Takers that block in order are served in that order, one per put, even
+// when they live on different capabilities.
+TEST_P(MVar, TakersAreServedFifoOnePerPut) {
+  constexpr int kTakers = 12;
+  std::vector<int> got(kTakers, -1);
+  run([&] {
+    capstan::mvar<int> m;
+    capstan::mvar<int> done;
+    for (int i = 0; i < kTakers; ++i) {
+      capstan::fork_on(static_cast<unsigned>(i) % caps(), [&, i] {
+        got[i] = m.take();
+        done.put(i);
+      });
+      // Wait until taker i is queued before forking the next one.
+      while (m.waiting() != static_cast<std::size_t>(i + 1)) capstan::yield();
+    }
+    for (int k = 0; k < kTakers; ++k) {
+      m.put(k * 10);
+      EXPECT_EQ(done.take(), k) << "put " << k << " woke the wrong taker";
+      EXPECT_EQ(m.waiting(), static_cast<std::size_t>(kTakers - k - 1)) << "more than one woken";
+    }
+  });
+  for (int i = 0; i < kTakers; ++i) EXPECT_EQ(got[i], i * 10);
+}
+
+TEST_P(MVar, PuttersBlockOnAFullMVarAndAreServedFifo) {
+  std::vector<int> order;
+  run([&] {
+    capstan::mvar<int> m(0);
+    capstan::mvar<int> done;
+    for (int i = 1; i <= 5; ++i) {
+      capstan::fork_io([&, i] {
+        m.put(i);
+        done.put(i);
+      });
+      while (m.waiting() != static_cast<std::size_t>(i)) capstan::yield();
+    }
+    for (int i = 0; i <= 5; ++i) order.push_back(m.take());
+    for (int i = 0; i < 5; ++i) done.take();
+    EXPECT_TRUE(m.is_empty());
+  });
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST_P(MVar, ReadersAtTheFrontAreAllServedThenTheFirstTaker) {
+  std::atomic<int> readers_done{0};
+  int taker_got = -1;
+  run([&] {
+    capstan::mvar<int> m;
+    capstan::mvar<int> done;
+    for (int i = 0; i < 3; ++i) {
+      capstan::fork_io([&] {
+        EXPECT_EQ(m.read(), 7);
+        readers_done.fetch_add(1);
+        done.put(0);
+      });
+      while (m.waiting() != static_cast<std::size_t>(i + 1)) capstan::yield();
+    }
+    capstan::fork_io([&] {
+      taker_got = m.take();
+      done.put(0);
+    });
+    while (m.waiting() != 4) capstan::yield();
+    m.put(7);
+    for (int i = 0; i < 4; ++i) done.take();
+    EXPECT_TRUE(m.is_empty()) << "the taker did not take the value";
+    EXPECT_EQ(m.try_read(), std::nullopt);
+  });
+  EXPECT_EQ(readers_done.load(), 3);
+  EXPECT_EQ(taker_got, 7);
+}
+
+TEST_P(MVar, TryOperationsNeverBlock) {
+  run([&] {
+    capstan::mvar<std::unique_ptr<int>> m;
+    EXPECT_FALSE(m.try_take().has_value());
+    EXPECT_TRUE(m.try_put(std::make_unique<int>(1)));
+    EXPECT_FALSE(m.try_put(std::make_unique<int>(2)));
+    EXPECT_EQ(**m.try_take(), 1);
+    EXPECT_TRUE(m.is_empty());
+  });
+}
+
+TEST_P(MVar, ValuesCrossCapabilitiesExactlyOnce) {
+  constexpr int kProducers = 4, kEach = 5000;
+  long long sum = 0;
+  run([&] {
+    capstan::mvar<int> m;
+    capstan::mvar<int> done;
+    for (int p = 0; p < kProducers; ++p) {
+      capstan::fork_on(static_cast<unsigned>(p), [&, p] {
+        for (int i = 0; i < kEach; ++i) m.put(p * kEach + i);
+        done.put(1);
+      });
+    }
+    for (int i = 0; i < kProducers * kEach; ++i) sum += m.take();
+    for (int p = 0; p < kProducers; ++p) done.take();
+  });
+  long long n = kProducers * kEach;
+  EXPECT_EQ(sum, n * (n - 1) / 2);
+}
+
+TEST_P(MVar, DestroyingAnMVarWakesItsWaitersWithBlockedIndefinitely) {
+  std::atomic<int> orphaned{0};
+  run([&] {
+    capstan::mvar<int> done;
+    {
+      capstan::mvar<int> doomed;
+      for (int i = 0; i < 3; ++i) {
+        capstan::fork_io([&] {
+          try {
+            doomed.take();
+          } catch (const capstan::blocked_indefinitely&) {
+            orphaned.fetch_add(1);
+          }
+          done.put(1);
+        });
+      }
+      while (doomed.waiting() != 3) capstan::yield();
+    }
+    for (int i = 0; i < 3; ++i) done.take();
+  });
+  EXPECT_EQ(orphaned.load(), 3);
+}
+
+TEST_P(MVar, APlainOsThreadCanWakeAGreenThreadWithTryPut) {
+  int got = 0;
+  run([&] {
+    capstan::mvar<int> m;
+    std::thread foreign([&] {
+      while (m.waiting() == 0) std::this_thread::yield();
+      EXPECT_TRUE(m.try_put(42));
+    });
+    got = m.take();
+    foreign.join();
+  });
+  EXPECT_EQ(got, 42);
+}
+
+TEST(MVarOutsideRun, BlockingOutsideAGreenThreadIsAClearError) {
+  capstan::mvar<int> m;
+  try {
+    m.take();
+    FAIL() << "take on an empty mvar outside run returned";
+  } catch (const capstan::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capstan::mvar"), std::string::npos);
+  }
+  EXPECT_EQ(m.waiting(), 0u) << "the failed take left a waiter behind";
+  EXPECT_TRUE(m.try_put(1));  // non-blocking calls work anywhere
+  EXPECT_EQ(m.take(), 1);     // and a take that need not block
+}
+
+}  // namespace

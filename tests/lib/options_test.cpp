@@ -1,0 +1,117 @@
+// options_test.cpp - +RTS parsing: accepted forms, argv rewriting, the
+// CAPSTAN_RTS variable, and errors that name the flag and the accepted form.
+#include <gtest/gtest.h>
+
+#include <capstan/options.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Argv {
+  std::vector<std::string> store;
+  std::vector<char*> ptrs;
+  int argc = 0;
+  explicit Argv(std::vector<std::string> a) : store(std::move(a)) {
+    for (auto& s : store) ptrs.push_back(s.data());
+    ptrs.push_back(nullptr);
+    argc = static_cast<int>(store.size());
+  }
+  char** argv() { return ptrs.data(); }
+};
+
+class Options : public ::testing::Test {
+ protected:
+  void SetUp() override { unsetenv("CAPSTAN_RTS"); }
+  void TearDown() override { unsetenv("CAPSTAN_RTS"); }
+};
+
+TEST_F(Options, DefaultsAreGhcLike) {
+  Argv a({"prog"});
+  auto o = capstan::options::parse(a.argc, a.argv());
+  EXPECT_EQ(o.capabilities, 1u);
+  EXPECT_EQ(o.stack_size, 256u * 1024);
+  EXPECT_EQ(o.timeslice, std::chrono::microseconds(20000));
+  EXPECT_FALSE(o.stats);
+}
+
+TEST_F(Options, ConsumesRtsGroupsAndKeepsProgramArguments) {
+  Argv a({"prog", "x", "+RTS", "-N2", "-K1m", "-C0.005", "-s", "-RTS", "y", "+RTS", "-kw7"});
+  auto o = capstan::options::parse(a.argc, a.argv());
+  EXPECT_EQ(o.capabilities, 2u);
+  EXPECT_EQ(o.stack_size, 1024u * 1024);
+  EXPECT_EQ(o.timeslice, std::chrono::microseconds(5000));
+  EXPECT_TRUE(o.stats);
+  EXPECT_EQ(o.stack_pool_watermark, 7u);
+  ASSERT_EQ(a.argc, 3);
+  EXPECT_STREQ(a.argv()[1], "x");
+  EXPECT_STREQ(a.argv()[2], "y");
+  EXPECT_EQ(a.argv()[3], nullptr);
+}
+
+TEST_F(Options, DashDashRtsEndsFlagProcessing) {
+  Argv a({"prog", "--RTS", "+RTS", "-N2"});
+  auto o = capstan::options::parse(a.argc, a.argv());
+  EXPECT_EQ(o.capabilities, 1u);
+  ASSERT_EQ(a.argc, 3);
+  EXPECT_STREQ(a.argv()[1], "+RTS");
+}
+
+TEST_F(Options, NAloneMeansAllCores) {
+  Argv a({"prog", "+RTS", "-N", "-RTS"});
+  auto o = capstan::options::parse(a.argc, a.argv());
+  EXPECT_GE(o.capabilities, 1u);
+}
+
+TEST_F(Options, EnvironmentComesFirstCommandLineWins) {
+  setenv("CAPSTAN_RTS", "-N3 -K64k", 1);
+  Argv a({"prog", "+RTS", "-N2", "-RTS"});
+  auto o = capstan::options::parse(a.argc, a.argv());
+  EXPECT_EQ(o.capabilities, 2u);
+  EXPECT_EQ(o.stack_size, 64u * 1024);
+}
+
+void expect_error(std::vector<std::string> args, const std::string& flag, const std::string& accepted) {
+  Argv a(std::move(args));
+  try {
+    capstan::options::parse(a.argc, a.argv());
+    FAIL() << "no error for " << flag;
+  } catch (const capstan::options_error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("'" + flag + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(accepted), std::string::npos) << msg;
+  }
+}
+
+TEST_F(Options, MalformedFlagsNameTheFlagAndTheAcceptedForm) {
+  expect_error({"p", "+RTS", "-N0"}, "-N0", "1 <= n <= 256");
+  expect_error({"p", "+RTS", "-N999"}, "-N999", "1 <= n <= 256");
+  expect_error({"p", "+RTS", "-Nx"}, "-Nx", "-N<n>");
+  expect_error({"p", "+RTS", "-N-2"}, "-N-2", "-N<n>");
+  expect_error({"p", "+RTS", "-K"}, "-K", "-K<size>");
+  expect_error({"p", "+RTS", "-K1q"}, "-K1q", "-K<size>");
+  expect_error({"p", "+RTS", "-K1k"}, "-K1k", "between 16k and 1g");
+  expect_error({"p", "+RTS", "-K5g"}, "-K5g", "between 16k and 1g");
+  expect_error({"p", "+RTS", "-C"}, "-C", "-C<secs>");
+  expect_error({"p", "+RTS", "-C-1"}, "-C-1", "-C<secs>");
+  expect_error({"p", "+RTS", "-Cabc"}, "-Cabc", "-C<secs>");
+  expect_error({"p", "+RTS", "-sfile"}, "-sfile", "-s");
+  expect_error({"p", "+RTS", "-Z"}, "-Z", "accepted: -N[<n>], -K<size>, -C<secs>, -s");
+  expect_error({"p", "+RTS", "N2"}, "N2", "start with '-'");
+  expect_error({"p", "-RTS"}, "-RTS", "without a preceding +RTS");
+}
+
+TEST_F(Options, BadEnvironmentFlagsSayWhereTheyCameFrom) {
+  setenv("CAPSTAN_RTS", "-N2 -Q", 1);
+  Argv a({"prog"});
+  try {
+    capstan::options::parse(a.argc, a.argv());
+    FAIL();
+  } catch (const capstan::options_error& e) {
+    EXPECT_NE(std::string(e.what()).find("in CAPSTAN_RTS"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,132 @@
+// run_test.cpp - starting and stopping the runtime: results, exceptions,
+// shutdown with threads in every state, and statistics.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "../capstan_test.hpp"
+
+namespace {
+
+using capstan_test::WithCaps;
+
+class Run : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(Run);
+
+TEST_P(Run, ReturnsMainsResult) {
+  EXPECT_EQ(run([] { return 42; }), 42);
+  auto s = run([] { return std::string("hello"); });
+  EXPECT_EQ(s, "hello");
+}
+
+TEST_P(Run, RethrowsMainsException) {
+  EXPECT_THROW(run([]() -> int { throw std::out_of_range("main failed"); }), std::out_of_range);
+}
+
+struct Counted {
+  std::atomic<int>* destroyed;
+  explicit Counted(std::atomic<int>* d) : destroyed(d) {}
+  ~Counted() { destroyed->fetch_add(1); }
+};
+
+// Threads blocked, runnable and never started at exit are all reclaimed:
+// blocked ones unwind (their destructors run), nobody is left behind.
+TEST_P(Run, ShutdownReclaimsBlockedAndRunnableThreads) {
+  std::atomic<int> destroyed{0}, after_take{0}, started{0};
+  constexpr int kBlocked = 50, kRunnable = 50;
+  run([&] {
+    auto forever = std::make_shared<capstan::mvar<int>>();
+    for (int i = 0; i < kBlocked; ++i) {
+      capstan::fork_io([&, forever] {
+        Counted c(&destroyed);
+        forever->take();
+        after_take.fetch_add(1);
+      });
+    }
+    while (forever->waiting() != kBlocked) capstan::yield();
+    for (int i = 0; i < kRunnable; ++i) {
+      capstan::fork_io([&] {
+        Counted c(&destroyed);
+        started.fetch_add(1);
+        for (;;) capstan::yield();  // never finishes on its own
+      });
+    }
+    while (started.load() != kRunnable) capstan::yield();
+    // ... and some that never get to start at all.
+    for (int i = 0; i < 10; ++i) capstan::fork_io([&] { Counted c(&destroyed); });
+  });
+  EXPECT_EQ(after_take.load(), 0);
+  EXPECT_EQ(destroyed.load(), kBlocked + kRunnable) << "some stacks were not unwound";
+  auto s = capstan::statistics();
+  EXPECT_EQ(s.threads_created, s.threads_finished) << "a thread's fate is unaccounted";
+  // The 10 unstarted ones either ran before shutdown began (finished
+  // normally) or were reclaimed before they started (killed).
+  EXPECT_GE(s.threads_killed, static_cast<std::uint64_t>(kBlocked + kRunnable));
+  EXPECT_LE(s.threads_killed, static_cast<std::uint64_t>(kBlocked + kRunnable + 10));
+  EXPECT_EQ(s.threads_abandoned, 0u);
+  EXPECT_EQ(s.live_threads, 0u);
+}
+
+TEST_P(Run, AThreadThatSwallowsThreadKilledIsAbandonedAndReported) {
+  testing::internal::CaptureStderr();
+  run([&] {
+    auto t = capstan::fork_io([] {
+      capstan::mvar<int> never;
+      for (;;) {
+        try {
+          never.take();
+        } catch (...) {  // wrong: swallows thread_killed
+        }
+      }
+    });
+    capstan::label_thread(t, "stubborn");
+    capstan::yield();
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("did not finish"), std::string::npos) << err;
+  EXPECT_NE(err.find("(stubborn)"), std::string::npos) << err;
+  EXPECT_EQ(capstan::statistics().threads_abandoned, 1u);
+}
+
+TEST_P(Run, StatisticsCountWhatHappened) {
+  run([&] {
+    capstan::mvar<int> done;
+    for (int i = 0; i < 10; ++i) capstan::fork_io([&] { done.put(1); });
+    for (int i = 0; i < 10; ++i) done.take();
+    // The forked threads finish after their put; let them.
+    for (int i = 0; i < 1000 && capstan::statistics().live_threads > 1; ++i) capstan::yield();
+    auto s = capstan::statistics();
+    EXPECT_EQ(s.threads_created, 11u);
+    EXPECT_EQ(s.live_threads, 1u);  // main
+    EXPECT_EQ(s.capabilities.size(), caps());
+    EXPECT_GT(s.context_switches, 10u);
+  });
+  auto s = capstan::statistics();
+  EXPECT_EQ(s.threads_finished, 11u);
+  auto text = s.summary();
+  EXPECT_NE(text.find("11 created"), std::string::npos) << text;
+}
+
+TEST(RunErrors, ImpossibleOptionsAreRejected) {
+  capstan::options o;
+  o.capabilities = 0;
+  EXPECT_THROW(capstan::run(o, [] {}), capstan::usage_error);
+  o.capabilities = 1;
+  o.stack_size = 100;
+  try {
+    capstan::run(o, [] {});
+    FAIL();
+  } catch (const capstan::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("stack_size"), std::string::npos);
+  }
+}
+
+TEST(RunErrors, NestedAndConcurrentRunsAreRejected) {
+  capstan::run(capstan_test::opts(1), [] {
+    EXPECT_THROW(capstan::run(capstan_test::opts(1), [] {}), capstan::usage_error);
+    std::thread other([] { EXPECT_THROW(capstan::run(capstan_test::opts(1), [] {}), capstan::usage_error); });
+    other.join();
+  });
+}
+
+}  // namespace

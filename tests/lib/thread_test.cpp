@@ -1,0 +1,194 @@
+// thread_test.cpp - green threads: identity, labels, per-thread state that
+// must survive switches and migration, errors, and scale.
+#include <cerrno>
+#include <cfenv>
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "../capstan_test.hpp"
+
+namespace {
+
+using capstan_test::WithCaps;
+
+class Threads : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(Threads);
+
+TEST_P(Threads, IdsAreUniqueAndSelfKnowsItsOwn) {
+  constexpr int kThreads = 500;
+  std::vector<capstan::thread_id> forked(kThreads), seen(kThreads);
+  run([&] {
+    capstan::mvar<int> done;
+    for (int i = 0; i < kThreads; ++i)
+      forked[i] = capstan::fork_io([&, i] {
+        seen[i] = capstan::self();
+        done.put(i);
+      });
+    for (int i = 0; i < kThreads; ++i) done.take();
+    EXPECT_EQ(capstan::num_capabilities(), caps());
+  });
+  std::set<capstan::thread_id> unique(forked.begin(), forked.end());
+  EXPECT_EQ(unique.size(), static_cast<std::size_t>(kThreads));
+  EXPECT_EQ(forked, seen);
+  EXPECT_EQ(std::hash<capstan::thread_id>{}(forked[0]), std::hash<std::uint64_t>{}(forked[0].value()));
+  EXPECT_EQ(fmt::format("{}", forked[0]), std::to_string(forked[0].value()));
+}
+
+TEST_P(Threads, ForkOnRunsOnTheNamedCapabilityAndStaysThere) {
+  run([&] {
+    capstan::mvar<bool> done;
+    for (unsigned c = 0; c < caps(); ++c) {
+      capstan::fork_on(c, [&, c] {
+        bool ok = true;
+        for (int i = 0; i < 100; ++i) {
+          ok = ok && capstan::current_capability() == c;
+          capstan::yield();
+        }
+        done.put(ok);
+      });
+    }
+    for (unsigned c = 0; c < caps(); ++c) EXPECT_TRUE(done.take());
+  });
+}
+
+// glibc declares __errno_location() const, so a compiler may keep errno's
+// *address* across a call that resumes us on another OS thread (design brief
+// hazard 4; docs/api.md).  The runtime carries each thread's errno *value*;
+// code reads it afresh, as here through non-inlined accessors.
+__attribute__((noinline)) void set_errno(int v) { errno = v; }
+__attribute__((noinline)) int get_errno() { return errno; }
+
+TEST_P(Threads, ErrnoIsPerThreadAcrossSwitches) {
+  run([&] {
+    capstan::mvar<bool> done;
+    for (int i = 1; i <= 20; ++i) {
+      capstan::fork_io([&, i] {
+        bool ok = true;
+        for (int k = 0; k < 50; ++k) {
+          set_errno(i);
+          capstan::yield();
+          ok = ok && get_errno() == i;
+        }
+        done.put(ok);
+      });
+    }
+    for (int i = 0; i < 20; ++i) EXPECT_TRUE(done.take());
+  });
+}
+
+TEST_P(Threads, RoundingModeIsPerThreadAcrossSwitchesAndMigration) {
+  run([&] {
+    capstan::mvar<bool> done;
+    const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO, FE_TONEAREST};
+    for (int i = 0; i < 16; ++i) {
+      capstan::fork_io([&, i] {
+        int mine = modes[i % 4];
+        std::fesetround(mine);
+        bool ok = true;
+        for (int k = 0; k < 50; ++k) {
+          capstan::yield();
+          ok = ok && std::fegetround() == mine;
+        }
+        std::fesetround(FE_TONEAREST);
+        done.put(ok);
+      });
+    }
+    for (int i = 0; i < 16; ++i) EXPECT_TRUE(done.take());
+    EXPECT_EQ(std::fegetround(), FE_TONEAREST);
+  });
+}
+
+// Switching inside a catch block while other threads throw and catch must
+// not corrupt the caught-exception stack (design brief hazard 5).
+TEST_P(Threads, ExceptionStateSurvivesASwitchInsideACatchBlock) {
+  run([&] {
+    capstan::mvar<bool> done;
+    for (int i = 0; i < 8; ++i) {
+      capstan::fork_io([&, i] {
+        bool ok = true;
+        for (int k = 0; k < 20; ++k) {
+          try {
+            throw std::runtime_error("thread " + std::to_string(i));
+          } catch (const std::runtime_error& e) {
+            capstan::yield();  // others throw and catch meanwhile
+            ok = ok && std::string(e.what()) == "thread " + std::to_string(i);
+            try {
+              throw;  // rethrows *our* current exception
+            } catch (const std::runtime_error& again) {
+              ok = ok && &again == &e;
+            }
+          }
+          ok = ok && std::uncaught_exceptions() == 0;
+        }
+        done.put(ok);
+      });
+    }
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(done.take());
+  });
+}
+
+TEST_P(Threads, UncaughtExceptionEndsOnlyThatThreadAndIsReported) {
+  testing::internal::CaptureStderr();
+  bool survivor_ran = false;
+  run([&] {
+    capstan::mvar<int> done, go;
+    auto t = capstan::fork_io([&] {
+      go.take();
+      throw std::runtime_error("boom");
+    });
+    capstan::label_thread(t, "exploder");
+    go.put(1);
+    capstan::fork_io([&] {
+      for (int i = 0; i < 10; ++i) capstan::yield();
+      survivor_ran = true;
+      done.put(1);
+    });
+    done.take();
+    for (int i = 0; i < 10; ++i) capstan::yield();
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(survivor_ran);
+  EXPECT_NE(err.find("capstan: uncaught exception in thread"), std::string::npos) << err;
+  EXPECT_NE(err.find("(exploder): boom"), std::string::npos) << err;
+  EXPECT_EQ(capstan::statistics().uncaught_exceptions, 1u);
+}
+
+TEST_P(Threads, AHundredThousandThreadsAllRun) {
+  constexpr int kThreads = 100000;
+  std::atomic<int> ran{0};
+  run([&] {
+    capstan::mvar<int> done;
+    for (int i = 0; i < kThreads; ++i)
+      capstan::fork_io([&] {
+        if (ran.fetch_add(1) + 1 == kThreads) done.put(1);
+      });
+    done.take();
+  });
+  EXPECT_EQ(ran.load(), kThreads);
+  auto s = capstan::statistics();
+  EXPECT_EQ(s.threads_created, static_cast<std::uint64_t>(kThreads) + 1);
+  EXPECT_EQ(s.threads_finished, s.threads_created);
+}
+
+TEST(ThreadsOutsideRun, RuntimeCallsFromAPlainOsThreadAreClearErrors) {
+  EXPECT_THROW(capstan::self(), capstan::usage_error);
+  EXPECT_THROW(capstan::yield(), capstan::usage_error);
+  EXPECT_THROW(capstan::current_capability(), capstan::usage_error);
+  EXPECT_THROW(capstan::num_capabilities(), capstan::usage_error);
+  EXPECT_THROW(capstan::fork_io([] {}), capstan::usage_error);
+  try {
+    capstan::fork_io([] {});
+  } catch (const capstan::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capstan::fork_io"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("inside capstan::run"), std::string::npos);
+  }
+  // ... also while a runtime runs, from an OS thread it does not own.
+  capstan::run(capstan_test::opts(1), [] {
+    std::thread other([] { EXPECT_THROW(capstan::self(), capstan::usage_error); });
+    other.join();
+  });
+}
+
+}  // namespace

@@ -1,0 +1,210 @@
+// scheduler_test.cpp - the requeue rules of Note [Requeue front or back],
+// cross-capability wake-ups and Note [Pushing work].
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../capstan_test.hpp"
+#include "runtime.hpp"
+#include "scheduler.hpp"
+
+namespace {
+
+struct Log {
+  std::mutex mu;
+  std::vector<std::string> v;
+  void add(std::string s) {
+    std::lock_guard<std::mutex> g(mu);
+    v.push_back(std::move(s));
+  }
+};
+
+using Order = std::vector<std::string>;
+
+TEST(Requeue, NewThreadsAndYieldGoToTheBack) {
+  Log log;
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::mvar<int> done;
+    for (const char* name : {"A", "B", "C"}) {
+      capstan::fork_io([&, name] {
+        log.add(std::string(name) + "1");
+        capstan::yield();
+        log.add(std::string(name) + "2");
+        done.put(1);
+      });
+    }
+    for (int i = 0; i < 3; ++i) done.take();
+  });
+  EXPECT_EQ(log.v, (Order{"A1", "B1", "C1", "A2", "B2", "C2"}));
+}
+
+TEST(Requeue, AWokenThreadGoesToTheBack) {
+  Log log;
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::mvar<int> m, done;
+    capstan::fork_io([&] {
+      m.take();
+      log.add("A woken");
+      done.put(1);
+    });
+    capstan::fork_io([&] {
+      log.add("B put");
+      m.put(1);  // wakes A: A goes behind C
+      log.add("B continues");
+      capstan::yield();
+      log.add("B after yield");
+      done.put(1);
+    });
+    capstan::fork_io([&] {
+      log.add("C");
+      done.put(1);
+    });
+    for (int i = 0; i < 3; ++i) done.take();
+  });
+  EXPECT_EQ(log.v, (Order{"B put", "B continues", "C", "A woken", "B after yield"}));
+}
+
+TEST(Requeue, AnExpiredTimesliceGoesToTheBack) {
+  std::atomic<bool> b_ran{false};
+  long spins_before_b = 0;
+  capstan::run(capstan_test::opts(1, std::chrono::microseconds(1000)), [&] {
+    capstan::mvar<int> done;
+    capstan::fork_io([&] {
+      // Only the ticker can let B run: we never yield or block.
+      while (!b_ran.load()) {
+        ++spins_before_b;
+        capstan::yield_point();
+      }
+      done.put(1);
+    });
+    capstan::fork_io([&] {
+      b_ran = true;
+      done.put(1);
+    });
+    done.take();
+    done.take();
+  });
+  EXPECT_TRUE(b_ran.load());
+  EXPECT_GT(spins_before_b, 0);
+}
+
+TEST(Requeue, AnInterruptedThreadKeepsTheFront) {
+  std::atomic<bool> b_ran{false};
+  bool b_ran_during_interrupt = true;
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::mvar<int> done;
+    capstan::fork_io([&] {
+      // A stop-the-world style interrupt: we stop at the next safe point
+      // but keep our place, so B (queued behind us) still has not run.
+      capstan::rts::interrupt_capability(capstan::rts::rt.caps[0]);
+      capstan::yield_point();
+      b_ran_during_interrupt = b_ran.load();
+      capstan::yield();  // an ordinary yield: now B runs
+      done.put(1);
+    });
+    capstan::fork_io([&] {
+      b_ran = true;
+      done.put(1);
+    });
+    done.take();
+    done.take();
+  });
+  EXPECT_FALSE(b_ran_during_interrupt);
+  EXPECT_TRUE(b_ran.load());
+}
+
+TEST(Wakeups, ALockedThreadIsWokenOnItsOwnCapabilityThroughTheInbox) {
+  unsigned woke_on = 99;
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> m, done;
+    capstan::fork_on(1, [&] {
+      m.take();
+      woke_on = capstan::current_capability();
+      done.put(1);
+    });
+    while (m.waiting() == 0) capstan::yield();
+    EXPECT_EQ(capstan::current_capability(), 0u);
+    m.put(1);  // from capability 0
+    done.take();
+  });
+  EXPECT_EQ(woke_on, 1u);
+  auto s = capstan::statistics();
+  EXPECT_GE(s.capabilities[1].threads_received, 1u);
+}
+
+TEST(Wakeups, AnUnlockedThreadFollowsItsWaker) {
+  unsigned blocked_on = 99, woke_on = 99;
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> m, done, placed;
+    capstan::fork_on(1, [&] {
+      // An unlocked thread forked from capability 1 starts there.
+      capstan::fork_io([&] {
+        blocked_on = capstan::current_capability();
+        placed.put(1);
+        m.take();
+        woke_on = capstan::current_capability();
+        done.put(1);
+      });
+    });
+    placed.take();
+    while (m.waiting() == 0) capstan::yield();
+    m.put(1);  // main runs on capability 0: the woken thread joins us
+    done.take();
+  });
+  EXPECT_EQ(blocked_on, 1u);
+  EXPECT_EQ(woke_on, 0u);
+}
+
+TEST(PushWork, IdleCapabilitiesReceiveSurplusThreads) {
+  std::atomic<int> on_cap1{0};
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> done;
+    constexpr int kThreads = 200;
+    for (int i = 0; i < kThreads; ++i) {
+      capstan::fork_io([&] {
+        volatile long x = 0;
+        for (int k = 0; k < 20000; ++k) x = x + k;
+        if (capstan::current_capability() == 1) on_cap1.fetch_add(1);
+        done.put(1);
+      });
+    }
+    for (int i = 0; i < kThreads; ++i) done.take();
+  });
+  EXPECT_GT(on_cap1.load(), 0);
+  auto s = capstan::statistics();
+  EXPECT_GT(s.capabilities[0].threads_pushed, 0u);
+}
+
+TEST(PushWork, APingPongStaysOnOneCapability) {
+  unsigned caps_a = 0, caps_b = 0;
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> ping, pong, done;
+    capstan::fork_io([&] {
+      for (int i = 0; i < 20000; ++i) {
+        ping.put(i);
+        pong.take();
+        caps_a |= 1u << capstan::current_capability();
+      }
+      done.put(1);
+    });
+    capstan::fork_io([&] {
+      for (int i = 0; i < 20000; ++i) {
+        pong.put(ping.take());
+        caps_b |= 1u << capstan::current_capability();
+      }
+      done.put(1);
+    });
+    done.take();
+    done.take();
+  });
+  // After the start-up shuffle both end up together: by the end, the last
+  // hand-offs ran on one capability (see Note [Wake-up affinity]).
+  auto s = capstan::statistics();
+  std::uint64_t received = s.capabilities[0].threads_received + s.capabilities[1].threads_received;
+  EXPECT_LT(received, 100u) << "hand-offs kept crossing capabilities";
+  (void)caps_a;
+  (void)caps_b;
+}
+
+}  // namespace

@@ -1,0 +1,104 @@
+// stack_test.cpp - the stack arena and per-capability pools.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "stack.hpp"
+
+namespace {
+
+using capstan::rts::StackArena;
+using capstan::rts::StackPool;
+
+std::size_t resident_pages(void* lo, std::size_t size) {
+  std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec(size / page);
+  if (mincore(lo, size, vec.data()) != 0) return SIZE_MAX;
+  return static_cast<std::size_t>(std::count_if(vec.begin(), vec.end(), [](unsigned char c) { return c & 1; }));
+}
+
+TEST(StackArena, CarvesDistinctNonOverlappingStacksFromFewMappings) {
+  StackArena arena;
+  arena.configure(64 * 1024);
+  std::set<char*> seen;
+  for (int i = 0; i < 1000; ++i) {
+    auto* s = static_cast<char*>(arena.allocate());
+    ASSERT_TRUE(seen.insert(s).second);
+  }
+  for (auto it = seen.begin(); std::next(it) != seen.end(); ++it)
+    ASSERT_GE(*std::next(it) - *it, static_cast<std::ptrdiff_t>(64 * 1024)) << "stacks overlap";
+  // 1000 stacks in slabs of kSlabStacks: a handful of mappings, not 1000.
+  EXPECT_LE(arena.mappings(), 1000 / StackArena::kSlabStacks + 1);
+  EXPECT_EQ(arena.reserved_stacks(), 1000u);
+  arena.release_all();
+}
+
+TEST(StackArena, ReservingCostsNoMemoryUntilTouched) {
+  StackArena arena;
+  arena.configure(1024 * 1024);
+  auto* s = static_cast<char*>(arena.allocate());
+  EXPECT_EQ(resident_pages(s, 1024 * 1024), 0u);
+  s[1024 * 1024 - 1] = 1;  // touch the top page only
+  EXPECT_EQ(resident_pages(s, 1024 * 1024), 1u);
+  arena.release_all();
+}
+
+TEST(StackArena, EveryStackHasAGuardPageBelowIt) {
+  StackArena arena;
+  arena.configure(64 * 1024);
+  auto* s = static_cast<char*>(arena.allocate());
+  ASSERT_NE(arena.guard_mode(), StackArena::GuardMode::none);
+  EXPECT_EQ(arena.guarded(), arena.guard_mode() == StackArena::GuardMode::madvise_guard
+                                 ? StackArena::kSlabStacks
+                                 : 1u);
+  EXPECT_TRUE(arena.is_guard_page(s - 1, s));
+  EXPECT_FALSE(arena.is_guard_page(s, s));
+  EXPECT_DEATH({ s[-100] = 1; }, "");  // writing into the guard faults
+  arena.release_all();
+}
+
+TEST(StackPool, ReusesTheHottestStackFirst) {
+  StackArena arena;
+  arena.configure(64 * 1024);
+  StackPool pool;
+  pool.attach(&arena, 4);
+  void* a = pool.get();
+  void* b = pool.get();
+  pool.put(a);
+  pool.put(b);
+  EXPECT_EQ(pool.get(), b);
+  EXPECT_EQ(pool.get(), a);
+  arena.release_all();
+}
+
+TEST(StackPool, ReturnsMemoryOfIdleStacksBeyondTheWatermark) {
+  StackArena arena;
+  arena.configure(64 * 1024);
+  StackPool pool;
+  const std::size_t watermark = 8;
+  pool.attach(&arena, watermark);
+  std::vector<char*> stacks;
+  for (int i = 0; i < 100; ++i) {
+    auto* s = static_cast<char*>(pool.get());
+    std::memset(s, 1, 64 * 1024);  // fully resident
+    stacks.push_back(s);
+  }
+  for (char* s : stacks) pool.put(s);
+  EXPECT_LE(pool.pooled(), 2 * watermark + 16);
+  std::size_t resident = 0;
+  for (char* s : stacks) resident += resident_pages(s, 64 * 1024) > 0 ? 1 : 0;
+  EXPECT_LE(resident, 2 * watermark + 16) << "idle stacks beyond the watermark kept their memory";
+  // Released stacks are reused (with their guard) before new ones are carved.
+  auto carved = arena.reserved_stacks();
+  for (int i = 0; i < 100; ++i) pool.get();
+  EXPECT_EQ(arena.reserved_stacks(), carved);
+  arena.release_all();
+}
+
+}  // namespace
