@@ -54,31 +54,42 @@ bool mvar_core::rt_shutting_down() noexcept {
   return rts::rt.shutting_down.load(std::memory_order_relaxed);
 }
 
-void mvar_core::serve(waiter& w) noexcept {
+void* mvar_core::serve(waiter& w) noexcept {
   remove(w);
   auto* t = static_cast<Thread*>(w.thread);
   t->wait_lock.lock();
   t->blocked_on = nullptr;
   t->waiter = nullptr;
   t->wait_lock.unlock();
-  w.outcome = waiter::served;  // last touch of w: the thread may run from here on
-  rts::wake(t);
+  w.outcome = waiter::served;  // last touch of w
+  return t;
+}
+
+void wake_list::more(void* thread) noexcept {
+  auto* t = static_cast<Thread*>(thread);
+  t->link = static_cast<Thread*>(chain_);  // t is dequeued and not yet runnable: link is free
+  chain_ = t;
+}
+
+void wake_list::wake_rest() noexcept {
+  rts::wake(static_cast<Thread*>(first_));
+  for (auto* t = static_cast<Thread*>(chain_); t;) {
+    Thread* next = t->link;
+    rts::wake(t);
+    t = next;
+  }
 }
 
 mvar_core::~mvar_core() {
   if (!head_) return;
   lock();
+  wake_list woken;
   while (waiter* w = head_) {
-    remove(*w);
-    auto* t = static_cast<Thread*>(w->thread);
-    t->wait_lock.lock();
-    t->blocked_on = nullptr;
-    t->waiter = nullptr;
-    t->wait_lock.unlock();
-    w->outcome = waiter::orphaned;
-    rts::wake(t);
+    woken.add(serve(*w));
+    w->outcome = waiter::orphaned;  // serve() left w's thread not yet runnable
   }
   unlock();
+  woken.wake_all();
 }
 
 }  // namespace capstan::detail

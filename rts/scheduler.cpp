@@ -648,8 +648,8 @@ bool request_kill(Thread* t) noexcept {
     t->waiter = nullptr;
   }
   t->wait_lock.unlock();
+  m->unlock();  // before waking: a killed thread may destroy m as it unwinds
   if (killable) wake(t);
-  m->unlock();
   return true;
 }
 

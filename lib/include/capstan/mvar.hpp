@@ -38,8 +38,10 @@ class mvar {
     if (value_) {
       T v = std::move(*value_);
       value_.reset();
-      refill_from_putter();
+      detail::wake_list woken;
+      refill_from_putter(woken);
       core_.unlock();
+      woken.wake_all();
       return v;
     }
     std::optional<T> dest;
@@ -73,8 +75,10 @@ class mvar {
   void put(T v) {
     core_.lock();
     if (!value_) {
-      deliver(std::move(v));
+      detail::wake_list woken;
+      deliver(std::move(v), woken);
       core_.unlock();
+      woken.wake_all();
       return;
     }
     detail::waiter w;
@@ -88,12 +92,14 @@ class mvar {
   std::optional<T> try_take() {
     core_.lock();
     std::optional<T> r;
+    detail::wake_list woken;
     if (value_) {
       r.emplace(std::move(*value_));
       value_.reset();
-      refill_from_putter();
+      refill_from_putter(woken);
     }
     core_.unlock();
+    woken.wake_all();
     return r;
   }
 
@@ -101,8 +107,10 @@ class mvar {
   bool try_put(T v) {
     core_.lock();
     bool ok = !value_;
-    if (ok) deliver(std::move(v));
+    detail::wake_list woken;
+    if (ok) deliver(std::move(v), woken);
     core_.unlock();
+    woken.wake_all();
     return ok;
   }
 
@@ -135,28 +143,28 @@ class mvar {
  private:
   // deliver puts v into an empty mvar (lock held): readers at the front get
   // copies, then the oldest taker gets v; with no taker the mvar becomes full.
-  void deliver(T v) {
+  void deliver(T v, detail::wake_list& woken) {
     while (detail::waiter* w = core_.front()) {
       auto* dest = static_cast<std::optional<T>*>(w->slot);
       if constexpr (std::is_copy_constructible_v<T>) {
         if (w->kind == detail::waiter::read) {
           dest->emplace(v);
-          core_.serve(*w);  // after serve, w and *dest may vanish
+          woken.add(core_.serve(*w));
           continue;
         }
       }
       dest->emplace(std::move(v));  // a taker: putters never wait on an empty mvar
-      core_.serve(*w);
+      woken.add(core_.serve(*w));
       return;
     }
     value_.emplace(std::move(v));
   }
   // refill_from_putter: the mvar just became empty (lock held), so any
   // waiter is a putter; the oldest one's value goes in and it is woken.
-  void refill_from_putter() {
+  void refill_from_putter(detail::wake_list& woken) {
     if (detail::waiter* w = core_.front()) {
       value_.emplace(std::move(*static_cast<T*>(w->slot)));
-      core_.serve(*w);
+      woken.add(core_.serve(*w));
     }
   }
 

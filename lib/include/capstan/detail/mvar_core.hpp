@@ -24,6 +24,30 @@ struct waiter {
   bool killable = true;    // false if it blocked while unwinding (destructor)
 };
 
+// Note [Waking after unlock]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread served by an mvar operation is made runnable only after the
+// operation has released the mvar's lock and stopped touching the mvar:
+// once woken, it may return and destroy the mvar at once (a `done` mvar on
+// its stack, say).  Serving dequeues the waiter and settles its outcome
+// under the lock; waking touches only the runtime's Thread.
+class wake_list {
+ public:
+  void add(void* thread) noexcept {
+    if (!first_) first_ = thread; else more(thread);
+  }
+  // wake_all makes every collected thread runnable; call after unlocking.
+  void wake_all() noexcept {
+    if (first_) wake_rest();
+  }
+
+ private:
+  void more(void* thread) noexcept;
+  void wake_rest() noexcept;
+  void* first_ = nullptr;
+  void* chain_ = nullptr;  // further threads, linked by the runtime
+};
+
 class mvar_core {
  public:
   mvar_core() = default;
@@ -65,9 +89,10 @@ class mvar_core {
   // when another thread served w; throws thread_killed / blocked_indefinitely
   // if the wait was ended otherwise.  See Note [Blocking on an MVar].
   void park(waiter& w);
-  // serve dequeues the front waiter w (lock held) and makes its thread
-  // runnable; its slot must already hold the value (or have been read).
-  void serve(waiter& w) noexcept;
+  // serve dequeues waiter w (lock held) and settles it; its slot must
+  // already hold the value (or have been read).  Returns its thread, to be
+  // woken after unlock.  See Note [Waking after unlock].
+  void* serve(waiter& w) noexcept;
 
  private:
   void lock_slow() noexcept;

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test.sh - set up, build and run every test:
+#   1. the release build: the unit suite and the stress suite;
+#   2. an ASan+UBSan build and a TSan build: the concurrency suite.
+# Ends with one line "tests: N passed, N failed" and exits non-zero on any
+# failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh || exit 1
+
+status=0
+logs=()
+run_suite() {  # run_suite BUILD_DIR SUITE [extra meson test args]
+  local dir=$1 suite=$2
+  shift 2
+  echo "== meson test -C $dir --suite $suite"
+  if ! meson test -C "$dir" --suite "$suite" --print-errorlogs --num-processes 2 "$@"; then
+    status=1
+  fi
+  cp "$dir/meson-logs/testlog.json" "$dir/meson-logs/testlog-$suite.json" 2>/dev/null &&
+    logs+=("$dir/meson-logs/testlog-$suite.json")
+}
+build() {  # build DIR [meson options]
+  local dir=$1
+  shift
+  echo "== building $dir $*"
+  scripts/configure.sh "$dir" "$@" && ninja -C "$dir" >/dev/null || {
+    echo "build of $dir failed" >&2
+    ninja -C "$dir" 2>&1 | tail -30 >&2
+    exit 1
+  }
+}
+
+build build
+run_suite build unit
+run_suite build stress
+
+# Sanitizer builds of the concurrency tests (every stack switch is annotated).
+export ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
+run_suite build-asan concurrency
+build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized
+# TSan needs the classic address-space layout; newer kernels randomise
+# mmap bases beyond what its shadow mapping accepts, so run without ASLR.
+if setarch "$(uname -m)" -R true 2>/dev/null; then
+  run_suite build-tsan concurrency --wrapper "setarch $(uname -m) -R"
+else
+  run_suite build-tsan concurrency
+fi
+
+python3 - "${logs[@]}" <<'PY'
+import json, sys
+passed = failed = 0
+for path in sys.argv[1:]:
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("result") == "OK":
+                passed += 1
+            elif r.get("result") not in ("SKIP", "EXPECTEDFAIL"):
+                failed += 1
+print(f"tests: {passed} passed, {failed} failed")
+PY
+exit $status
