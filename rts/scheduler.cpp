@@ -240,13 +240,18 @@ inline Thread* pick(Capability* cap) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An idle capability first spins for up to kSpinNs watching its inbox (a
 // futex wake-up costs 5-24 us here, far more than most waits), then sleeps.
-// The hand-shake with a sender is Dekker's:
-//   sleeper: sleeping = true;  fence(seq_cst);  if inbox empty: park()
-//   sender:  push to inbox;    fence(seq_cst);  if sleeping:    unpark()
-// The two fences are ordered in the single total order of seq_cst
-// operations; whichever comes second sees the other side's store, so either
-// the sleeper sees the new work and does not park, or the sender sees
-// `sleeping` and unparks.  The Parker's sticky flag covers an unpark that
+// The hand-shake with a sender is Dekker's, with seq_cst operations only
+// (no stand-alone fences, which ThreadSanitizer cannot model):
+//   sleeper: sleeping.store(true, seq_cst);  if inbox.head.load(seq_cst) == null: park()
+//   sender:  inbox.head CAS (seq_cst);       if sleeping.load(seq_cst):          unpark()
+// All four operations are in the single total order S of seq_cst
+// operations.  If the sleeper's load misses the push, it precedes the CAS in
+// S, so the sleeper's earlier store precedes the sender's later load, which
+// therefore sees sleeping == true and unparks.  Either the sleeper sees the
+// new work and does not park, or the sender sees `sleeping` and unparks.
+// Cost: the sleeper's seq_cst store (an xchg on x86) is on the idle path
+// only; the sender's CAS is locked anyway and its seq_cst load is a plain
+// load on x86 and an ldar on ARMv8.  The Parker's sticky flag covers an unpark that
 // lands between the check and the futex wait (Note [Sticky wake-up]).
 // The stop flag is part of the re-check (silk PR #152's lost shutdown).
 constexpr std::int64_t kSpinNs = 50'000;
@@ -272,9 +277,8 @@ void idle(Task* task, Capability* cap) {
     else cpu_relax();
   }
   while (!found) {
-    cap->sleeping.store(true, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (has_work(cap)) {
+    cap->sleeping.store(true, std::memory_order_seq_cst);
+    if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {
       cap->sleeping.store(false, std::memory_order_relaxed);
       break;
     }
@@ -602,9 +606,9 @@ void wake(Thread* t) noexcept {
 }
 
 void notify_capability(Capability* cap) noexcept {
-  // See Note [Sleeping capabilities]: the sender's half of the hand-shake.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (cap->sleeping.load(std::memory_order_relaxed)) cap->running_task->parker.unpark();
+  // See Note [Sleeping capabilities]: the sender's half of the hand-shake
+  // (the inbox CAS that precedes every call with work to report is seq_cst).
+  if (cap->sleeping.load(std::memory_order_seq_cst)) cap->running_task->parker.unpark();
 }
 
 void interrupt_capability(Capability* cap) noexcept {

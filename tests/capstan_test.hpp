@@ -10,6 +10,13 @@
 
 namespace capstan_test {
 
+// Sanitizer builds run the big loops at a tenth of their size.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr int kScale = 10;
+#else
+inline constexpr int kScale = 1;
+#endif
+
 inline capstan::options opts(unsigned caps, std::chrono::microseconds slice = std::chrono::microseconds(20000)) {
   capstan::options o;
   o.capabilities = caps;

@@ -7,11 +7,14 @@
 // be concurrently re-pushed, so there is no ABA problem.
 //
 // Memory orderings:
-//  * push: the CAS is `release`, publishing the thread's fields (its link,
-//    its cap) to the consumer; failure is `relaxed` (we retry anyway).
+//  * push: the CAS must be at least `release`, publishing the thread's
+//    fields (its link, its cap) to the consumer; it is `seq_cst` because it
+//    is also the sender's half of Note [Sleeping capabilities] (on x86 and
+//    ARMv8 a seq_cst CAS costs what a release one does).  Failure is
+//    `relaxed`: we retry anyway.
 //  * take_all: the exchange is `acquire`, pairing with push's release.
-//  * maybe_nonempty: a `relaxed` peek, only a hint; the sleep protocol does
-//    its own seq_cst fencing.  See Note [Sleeping capabilities].
+//  * maybe_nonempty: a `relaxed` peek, only a hint; the sleep protocol uses
+//    nonempty_seq_cst.  See Note [Sleeping capabilities].
 #pragma once
 
 #include <atomic>
@@ -37,14 +40,14 @@ class Inbox {
     Thread* h = head_.load(std::memory_order_relaxed);
     do {
       first->link = h;
-    } while (!head_.compare_exchange_weak(h, rev, std::memory_order_release,
+    } while (!head_.compare_exchange_weak(h, rev, std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
   }
   void push(Thread* t) {
     Thread* h = head_.load(std::memory_order_relaxed);
     do {
       t->link = h;
-    } while (!head_.compare_exchange_weak(h, t, std::memory_order_release,
+    } while (!head_.compare_exchange_weak(h, t, std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
   }
   bool maybe_nonempty() const { return head_.load(std::memory_order_relaxed) != nullptr; }

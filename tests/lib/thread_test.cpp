@@ -156,7 +156,7 @@ TEST_P(Threads, UncaughtExceptionEndsOnlyThatThreadAndIsReported) {
 }
 
 TEST_P(Threads, AHundredThousandThreadsAllRun) {
-  constexpr int kThreads = 100000;
+  constexpr int kThreads = 100000 / capstan_test::kScale;
   std::atomic<int> ran{0};
   run([&] {
     capstan::mvar<int> done;
