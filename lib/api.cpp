@@ -2,6 +2,10 @@
 // implemented on the runtime in rts/.
 #include <fmt/format.h>
 
+#include <mutex>
+
+#include "capstan/errors.hpp"
+
 #include "capstan/statistics.hpp"
 #include "capstan/thread.hpp"
 #include "../rts/runtime.hpp"
@@ -15,52 +19,72 @@ using rts::Thread;
 
 thread_id self() {
   Task* task = rts::require_green_thread("capstan::self");
-  return thread_id{task->cap->current->id};
+  thread_id id{task->cap->current->id};
+  detail::safe_point();
+  return id;
 }
 
 void yield() { rts::yield_current(); }
 
 unsigned current_capability() {
+  detail::safe_point();  // first: the answer must hold when we return
   Task* task = rts::require_green_thread("capstan::current_capability");
   return task->cap->no;
 }
 
 unsigned num_capabilities() {
   rts::require_green_thread("capstan::num_capabilities");
+  detail::safe_point();
   return rts::rt.n_caps;
 }
 
 void label_thread(thread_id id, std::string_view label) {
   Task* task = rts::require_green_thread("capstan::label_thread");
   Thread* cur = task->cap->current;
+  // Labels are read and written under the thread's home all_lock.
+  auto* fresh = new std::string(label);
+  auto set = [&fresh](Thread* t) { std::swap(fresh, t->label); };
+  bool found = false;
   if (cur->id == id.value()) {  // the common case: labelling yourself
-    if (cur->label) *cur->label = label; else cur->label = new std::string(label);
-    return;
+    cur->home->all_lock.lock();
+    set(cur);
+    cur->home->all_lock.unlock();
+    found = true;
   }
-  for (Capability* c : rts::rt.caps) {
+  for (std::size_t i = 0; !found && i < rts::rt.caps.size(); ++i) {
+    Capability* c = rts::rt.caps[i];
     c->all_lock.lock();
     for (Thread* t = c->all_head; t; t = t->all_next) {
-      if (t->id != id.value()) continue;
-      auto* s = new std::string(label);
-      std::swap(s, t->label);
-      c->all_lock.unlock();
-      delete s;
-      return;
+      if (t->id == id.value()) {
+        set(t);
+        found = true;
+        break;
+      }
     }
     c->all_lock.unlock();
   }
-  // GHC's labelThread on a finished thread is a no-op; so is ours.
+  delete fresh;  // the old label, or ours if the thread has finished (a no-op, as GHC's)
+  detail::safe_point();
 }
 
 runtime_statistics statistics() {
-  if (rts::my_task() && rts::rt.running.load()) return rts::snapshot_statistics();
+  if (rts::my_task() && rts::rt.running.load()) {
+    auto s = rts::snapshot_statistics();
+    detail::safe_point();
+    return s;
+  }
+  std::lock_guard<std::mutex> g(rts::rt.last_stats_mu);
+  if (rts::rt.running.load())
+    throw usage_error("capstan::statistics: called from an OS thread that is not running a "
+                      "green thread while a runtime runs; call it from inside capstan::run, "
+                      "or after run() returns for the final counters");
   return rts::rt.last_stats;
 }
 
 namespace detail {
 
-thread_slot thread_alloc(std::size_t size, std::size_t align) {
-  Thread* t = rts::alloc_thread(size, align);
+thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
+  Thread* t = rts::alloc_thread(size, align, cap < 0 ? "capstan::fork_io" : "capstan::fork_on");
   return {t, t->closure};
 }
 
@@ -70,13 +94,12 @@ std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap) {
   return rts::start_thread(static_cast<Thread*>(thread), ops, cap);
 }
 
-bool context_switch_pending() noexcept {
-  Task* task = rts::my_task();
-  return task && task->cap &&
-         task->cap->context_switch.load(std::memory_order_relaxed) != 0;
+void safe_point() {
+  Task* task = rts::my_task_before_switch();  // no switch before its last use
+  if (task && task->cap && task->cap->current &&
+      task->cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    rts::yield_point_slow();
 }
-
-void yield_point_slow() { rts::yield_point_slow(); }
 
 }  // namespace detail
 }  // namespace capstan

@@ -121,15 +121,19 @@ const char* options::usage() {
          "  -kw<n>     idle stacks kept warm per capability (default 256)\n";
 }
 
-void options::parse_flags(const std::string& flags) {
+namespace {
+void apply_flags(options& o, const std::string& flags, const char* where) {
   std::istringstream in(flags);
   std::string flag;
-  while (in >> flag) apply_flag(*this, flag, " in CAPSTAN_RTS");
+  while (in >> flag) apply_flag(o, flag, where);
 }
+}  // namespace
+
+void options::parse_flags(const std::string& flags) { apply_flags(*this, flags, ""); }
 
 options options::parse(int& argc, char** argv) {
   options o;
-  if (const char* env = std::getenv("CAPSTAN_RTS")) o.parse_flags(env);
+  if (const char* env = std::getenv("CAPSTAN_RTS")) apply_flags(o, env, " in CAPSTAN_RTS");
   if (argc <= 0 || !argv) return o;
   std::vector<char*> keep;
   keep.push_back(argv[0]);

@@ -67,8 +67,9 @@ void* mvar_core::serve(waiter& w) noexcept {
 
 void wake_list::more(void* thread) noexcept {
   auto* t = static_cast<Thread*>(thread);
-  t->link = static_cast<Thread*>(chain_);  // t is dequeued and not yet runnable: link is free
-  chain_ = t;
+  t->link = nullptr;  // t is dequeued and not yet runnable: link is free
+  if (chain_tail_) static_cast<Thread*>(chain_tail_)->link = t; else chain_ = t;
+  chain_tail_ = t;  // served order is kept: FIFO into the run queue
 }
 
 void wake_list::wake_rest() noexcept {
@@ -81,7 +82,8 @@ void wake_list::wake_rest() noexcept {
 }
 
 mvar_core::~mvar_core() {
-  if (!head_) return;
+  // Always take the lock, even with no waiters: a shutdown killer or a
+  // blocker's post-switch unlock may still be inside.
   lock();
   wake_list woken;
   while (waiter* w = head_) {

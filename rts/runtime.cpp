@@ -45,8 +45,6 @@ namespace {
 
 constexpr auto kShutdownGrace = std::chrono::seconds(1);
 
-std::uint64_t abandoned_count = 0;
-
 void update_max(std::atomic<std::uint64_t>& peak, std::uint64_t v) {
   std::uint64_t p = peak.load(std::memory_order_relaxed);
   while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
@@ -87,7 +85,6 @@ void report_abandoned() {
                  static_cast<unsigned long long>(n),
                  static_cast<long long>(kShutdownGrace.count()), names.c_str(),
                  n > 10 ? " ..." : "");
-  abandoned_count = n;
 }
 
 void shutdown_protocol() {
@@ -105,7 +102,7 @@ void shutdown_protocol() {
       report_abandoned();
       break;
     }
-    rt.shutdown_events->take();  // a thread finished, or a tick passed
+    rt.shutdown_events->wait();  // a thread finished, or a tick passed
   }
   rt.stop.store(true, std::memory_order_seq_cst);
   for (Capability* c : rt.caps) c->running_task->parker.unpark();
@@ -128,12 +125,15 @@ void init_task_sanitizer_state(Task* t) {
   if (san::tsan()) t->tsan_fiber = __tsan_get_current_fiber();
 }
 
-// Frees the threads left after shutdown (abandoned) and the free lists.
-void reclaim_leftovers() {
+// Frees the threads left after shutdown (abandoned) and the free lists;
+// returns how many threads were abandoned.
+std::uint64_t reclaim_leftovers() {
+  std::uint64_t abandoned = 0;
   for (Capability* c : rt.caps) {
     Thread* t = c->all_head;
     while (t) {
       Thread* next = t->all_next;
+      if (!t->bound) ++abandoned;
       if (t->blocked_on) {  // take it out of the mvar's queue for good
         t->blocked_on->lock();
         t->blocked_on->remove(*t->waiter);
@@ -149,6 +149,7 @@ void reclaim_leftovers() {
     c->all_head = nullptr;
   }
   rt.depot.release_all();  // every Thread object lives in its slabs
+  return abandoned;
 }
 
 void validate(const options& o) {
@@ -208,7 +209,6 @@ runtime_statistics snapshot_statistics() {
   s.peak_stack_bytes = s.peak_stacks_in_use * rt.arena.size();
   s.stack_mappings = rt.arena.mappings();
   s.guarded_stacks = rt.arena.guarded();
-  s.threads_abandoned = abandoned_count;
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   s.peak_rss_bytes = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
@@ -242,7 +242,6 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   rt.id_blocks.store(0);
   rt.peak_live.store(0);
   rt.peak_stacks.store(0);
-  abandoned_count = 0;
   rt.started = std::chrono::steady_clock::now();
   rt.sanitizers = san::asan() || san::tsan();
   rt.arena.configure(o.stack_size);
@@ -260,7 +259,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     c->running_task = task.get();
     rt.tasks.push_back(std::move(task));
   }
-  capstan::mvar<char> shutdown_events;
+  Signal shutdown_events;
   rt.shutdown_events = &shutdown_events;
 
   // Capability 0 is run by the calling OS thread, so main is bound to it.
@@ -279,23 +278,27 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
       set_my_task(nullptr);
     });
   }
-  ticker.start(rt.switch_every_safe_point ? std::chrono::microseconds(20000) : o.timeslice);
+  ticker.start(o.timeslice);
 
   schedule(task0);  // returns when main has shut everything down
 
   for (unsigned i = 1; i < rt.n_caps; ++i) rt.tasks[i]->os_thread.join();
   ticker.stop();
   set_my_task(nullptr);
-  rt.last_stats = snapshot_statistics();
   rt.shutdown_events = nullptr;
-  reclaim_leftovers();
+  auto final_stats = snapshot_statistics();
+  final_stats.threads_abandoned = reclaim_leftovers();
+  {
+    std::lock_guard<std::mutex> g(rt.last_stats_mu);
+    rt.last_stats = final_stats;
+  }
   rt.arena.release_all();
   for (Capability* c : rt.caps) delete c;
   rt.caps.clear();
   rt.tasks.clear();
   rt.n_caps = 0;
-  if (o.stats) std::fputs(rt.last_stats.summary().c_str(), stderr);
   rt.running.store(false);
+  if (o.stats) std::fputs(final_stats.summary().c_str(), stderr);
 }
 
 }  // namespace capstan::detail

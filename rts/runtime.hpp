@@ -5,10 +5,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "capability/capability.hpp"
-#include "capstan/mvar.hpp"
+#include "signal.hpp"
 #include "capstan/options.hpp"
 #include "capstan/statistics.hpp"
 #include "stack.hpp"
@@ -35,9 +36,10 @@ struct Runtime {
   ThreadDepot depot;
   bool sanitizers = false;                       // ASan or TSan fiber hooks present
   std::vector<std::unique_ptr<Task>> tasks;      // tasks[i] runs caps[i]
-  capstan::mvar<char>* shutdown_events = nullptr;  // Note [Shutdown]
+  Signal* shutdown_events = nullptr;             // Note [Shutdown]
   std::chrono::steady_clock::time_point started;
 
+  std::mutex last_stats_mu;                      // guards last_stats
   runtime_statistics last_stats;                 // of the last finished run
 };
 

@@ -31,9 +31,12 @@
 //       runs elsewhere (and see Note [Wake-up affinity])
 //   new thread (fork_io)                             -> back, as GHC's
 //       scheduleThread, so a forking loop cannot starve older threads
-//   interrupted (kInterrupt: a stop-the-world request such as shutdown or a
-//       change of the number of capabilities)        -> front: it stopped
-//       for no fault of its own, so it keeps its place and its cache.
+//   interrupted (kInterrupt: a stop-the-world request - today shutdown,
+//       later a change of the number of capabilities) -> front: it stopped
+//       for no fault of its own, so it keeps its place and its cache; in
+//       practice it handles the interrupt and simply continues.
+// kInterrupt is advisory (a plain store of the flag may clear it): whatever
+// must not be lost has a flag of its own, e.g. rt.shutting_down.
 // Back for fairness (round robin), front for anything that is not about
 // fairness; the context-switch flag is cleared when the switch is actually
 // made, not before a thread runs, so a tick is never lost (GHC #1984).
@@ -298,9 +301,11 @@ void idle(Task* task, Capability* cap) {
 }
 
 void report_uncaught(Thread* t, const char* what) {
+  t->home->all_lock.lock();  // labels are guarded by it (label_thread)
+  std::string label = t->label ? *t->label : "unlabelled";
+  t->home->all_lock.unlock();
   std::fprintf(stderr, "capstan: uncaught exception in thread %llu (%s): %s\n",
-               static_cast<unsigned long long>(t->id), t->label ? t->label->c_str() : "unlabelled",
-               what);
+               static_cast<unsigned long long>(t->id), label.c_str(), what);
   my_task()->cap->uncaught_exceptions.add();
 }
 
@@ -314,7 +319,7 @@ void unlink_from_home(Thread* t) {
 
 void notify_shutdown() {
   // Note [Shutdown]: every finish during shutdown pokes the main thread.
-  if (rt.shutdown_events) rt.shutdown_events->try_put(1);
+  if (rt.shutdown_events) rt.shutdown_events->notify();
 }
 
 // Note [Finishing a thread]
@@ -410,8 +415,8 @@ Task* require_green_thread(const char* what) {
   return task;
 }
 
-Thread* alloc_thread(std::size_t size, std::size_t align) {
-  Task* task = require_green_thread("capstan::fork_io");
+Thread* alloc_thread(std::size_t size, std::size_t align, const char* what) {
+  Task* task = require_green_thread(what);
   Thread* t = new_thread_object(task->cap);
   if (size <= Thread::kInlineClosure && align <= 16) {
     t->closure = t->inline_closure;

@@ -19,7 +19,7 @@ inline constexpr std::size_t kPushThreshold = 4;
 Task* require_green_thread(const char* what);
 [[noreturn]] void throw_not_green(const char* what);
 
-Thread* alloc_thread(std::size_t closure_size, std::size_t closure_align);
+Thread* alloc_thread(std::size_t closure_size, std::size_t closure_align, const char* what);
 void discard_thread(Thread* t) noexcept;
 std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no);
 // Creates a thread for the runtime's own use on `cap` (no current thread needed).

@@ -109,9 +109,5 @@ void StackPool::trim() {
   free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(excess));
 }
 
-void StackPool::drain() {
-  if (!free_.empty()) arena_->give_back(free_.data(), free_.size());
-  free_.clear();
-}
 
 }  // namespace capstan::rts

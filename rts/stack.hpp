@@ -50,8 +50,7 @@ class StackArena {
   std::uint64_t mappings() const { return mappings_; }
   std::uint64_t guarded() const { return guarded_; }
   std::uint64_t reserved_stacks() const { return carved_; }
-  // guard_of tells whether addr lies in some stack's guard page (for the
-  // SIGSEGV handler: cheap, no lock, approximate only in the fallback mode).
+  // is_guard_page tells whether addr lies in the guard page below stack_lo.
   bool is_guard_page(const void* addr, const void* stack_lo) const;
 
   static constexpr std::size_t kSlabStacks = 256;
@@ -91,8 +90,6 @@ class StackPool {
     free_.push_back(s);
     if (free_.size() > 2 * watermark_ + 16) trim();
   }
-  // drain gives every pooled stack back to the arena.
-  void drain();
   std::size_t pooled() const { return free_.size(); }
 
  private:

@@ -17,6 +17,8 @@
 
 #include <time.h>
 
+#include <algorithm>
+
 #include "parker.hpp"
 #include "runtime.hpp"
 #include "scheduler.hpp"
@@ -25,10 +27,15 @@ namespace capstan::rts {
 
 Ticker ticker;
 
-void Ticker::start(std::chrono::microseconds interval) {
-  interval_ = interval;
+void Ticker::start(std::chrono::microseconds timeslice) {
+  if (timeslice.count() == 0) {
+    period_ = kTick;
+    ticks_per_slice_ = 0;
+  } else {
+    period_ = std::min(timeslice, kTick);
+    ticks_per_slice_ = static_cast<unsigned>(timeslice / period_);
+  }
   quit_.store(0);
-  ticks_.store(0);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -42,22 +49,24 @@ void Ticker::stop() {
 }
 
 void Ticker::loop() {
-  auto us = interval_.count();
+  auto us = period_.count();
   struct timespec ts {
     static_cast<time_t>(us / 1000000), static_cast<long>((us % 1000000) * 1000)
   };
   int idle_ticks = 0;
+  unsigned slice_ticks = 0;
   while (!quit_.load(std::memory_order_seq_cst)) {
-    futex_wait(&quit_, 0, &ts);  // sleep one interval, or until stop()
+    futex_wait(&quit_, 0, &ts);  // sleep one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
-    ticks_.fetch_add(1, std::memory_order_relaxed);
     sample_peaks();
     if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
-      rt.shutdown_events->try_put(1);  // Note [Shutdown]: the grace-period clock
+      rt.shutdown_events->notify();  // Note [Shutdown]: the grace-period clock
+    bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;
+    if (expire) slice_ticks = 0;
     bool any_busy = false;
     for (Capability* c : rt.caps) {
       if (!c->idle.load(std::memory_order_relaxed)) {
-        request_context_switch(c);
+        if (expire) request_context_switch(c);
         any_busy = true;
       }
     }

@@ -9,18 +9,21 @@
 
 namespace capstan::rts {
 
+// The ticker wakes every kTick (or every timeslice if shorter) and expires
+// the timeslices every `timeslice` worth of ticks (GHC's ctxtSwitchTicks);
+// the shutdown grace period is measured in ticks too.
 class Ticker {
  public:
-  void start(std::chrono::microseconds interval);
+  static constexpr std::chrono::microseconds kTick{10000};
+  void start(std::chrono::microseconds timeslice);
   void stop();
-  std::uint64_t ticks() const { return ticks_.load(std::memory_order_relaxed); }
 
  private:
   void loop();
-  std::chrono::microseconds interval_{};
+  std::chrono::microseconds period_{};
+  unsigned ticks_per_slice_ = 1;  // 0: -C0, the scheduler expires slices itself
   std::thread thread_;
   std::atomic<std::uint32_t> quit_{0};
-  std::atomic<std::uint64_t> ticks_{0};
 };
 
 extern Ticker ticker;

@@ -57,7 +57,4 @@ static_assert(offsetof(A64Frame, fpcr) == CAPSTAN_A64_FPCR);
 static_assert(sizeof(A64Frame) == CAPSTAN_A64_FRAME);
 #endif
 
-// Bytes a fresh context uses at the top of its stack (frame + alignment).
-inline constexpr std::size_t kContextReserve = 512;
-
 }  // namespace capstan::rts

@@ -38,7 +38,6 @@ struct Capability;
 struct PostSwitch {
   Thread* dead = nullptr;                    // recycle its stack and object
   detail::mvar_core* unlock = nullptr;       // release after the blocker's context is saved
-  Thread* from = nullptr;                    // the thread we left, for the overflow check
 };
 
 struct Task {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "capstan/detail/bridge.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
 
@@ -34,113 +35,117 @@ class mvar {
 
   // take waits until the mvar is full, then empties it and returns the value.
   T take() {
-    core_.lock();
-    if (value_) {
-      T v = std::move(*value_);
-      value_.reset();
-      detail::wake_list woken;
-      refill_from_putter(woken);
-      core_.unlock();
-      woken.wake_all();
-      return v;
+    {
+      op g(core_);
+      if (value_) {
+        T v = std::move(*value_);
+        value_.reset();
+        refill_from_putter(g.woken);
+        return v;
+      }
+      std::optional<T> dest;
+      detail::waiter w;
+      w.kind = detail::waiter::take;
+      w.slot = &dest;
+      core_.enqueue(w);
+      g.release_to_park();
+      core_.park(w);  // returns with dest filled by the putter
+      return std::move(*dest);
     }
-    std::optional<T> dest;
-    detail::waiter w;
-    w.kind = detail::waiter::take;
-    w.slot = &dest;
-    core_.enqueue(w);
-    core_.park(w);  // returns with dest filled by the putter
-    return std::move(*dest);
   }
 
   // read waits until the mvar is full and returns a copy, leaving it full.
   T read() {
     static_assert(std::is_copy_constructible_v<T>, "mvar<T>::read needs a copyable T");
-    core_.lock();
-    if (value_) {
-      T v = *value_;
-      core_.unlock();
-      return v;
-    }
+    op g(core_);
+    if (value_) return *value_;
     std::optional<T> dest;
     detail::waiter w;
     w.kind = detail::waiter::read;
     w.slot = &dest;
     core_.enqueue(w);
+    g.release_to_park();
     core_.park(w);
     return std::move(*dest);
   }
 
   // put waits until the mvar is empty, then fills it with v.
   void put(T v) {
-    core_.lock();
+    op g(core_);
     if (!value_) {
-      detail::wake_list woken;
-      deliver(std::move(v), woken);
-      core_.unlock();
-      woken.wake_all();
+      deliver(std::move(v), g.woken);
       return;
     }
     detail::waiter w;
     w.kind = detail::waiter::put;
     w.slot = &v;
     core_.enqueue(w);
+    g.release_to_park();
     core_.park(w);  // the taker moved v out of our frame
   }
 
   // try_take empties the mvar and returns its value, or nullopt if empty.
   std::optional<T> try_take() {
-    core_.lock();
+    op g(core_);
     std::optional<T> r;
-    detail::wake_list woken;
     if (value_) {
       r.emplace(std::move(*value_));
       value_.reset();
-      refill_from_putter(woken);
+      refill_from_putter(g.woken);
     }
-    core_.unlock();
-    woken.wake_all();
     return r;
   }
 
   // try_put fills the mvar with v and returns true, or returns false if full.
   bool try_put(T v) {
-    core_.lock();
-    bool ok = !value_;
-    detail::wake_list woken;
-    if (ok) deliver(std::move(v), woken);
-    core_.unlock();
-    woken.wake_all();
-    return ok;
+    op g(core_);
+    if (value_) return false;
+    deliver(std::move(v), g.woken);
+    return true;
   }
 
   // try_read returns a copy of the value, or nullopt if empty.
   std::optional<T> try_read() {
     static_assert(std::is_copy_constructible_v<T>, "mvar<T>::try_read needs a copyable T");
-    core_.lock();
-    std::optional<T> r = value_;
-    core_.unlock();
-    return r;
+    op g(core_);
+    return value_;
   }
 
   // waiting returns how many threads were blocked on the mvar at the moment
   // of the call (takers and readers when empty, putters when full).
   std::size_t waiting() {
-    core_.lock();
-    std::size_t n = core_.waiters();
-    core_.unlock();
-    return n;
+    op g(core_);
+    return core_.waiters();
   }
 
   // is_empty tells whether the mvar was empty at the moment of the call.
   bool is_empty() {
-    core_.lock();
-    bool e = !value_;
-    core_.unlock();
-    return e;
+    op g(core_);
+    return !value_;
   }
 
  private:
+  // op holds the lock for one operation.  On every exit - normal, or an
+  // exception from T's constructors - it unlocks, then wakes the threads the
+  // operation served (Note [Waking after unlock]), then passes a safe point
+  // (every runtime call is one).  A blocking operation hands the lock to
+  // park() instead, which releases it once the thread is off the CPU.
+  struct op {
+    detail::mvar_core& core;
+    detail::wake_list woken;
+    bool locked = true;
+    explicit op(detail::mvar_core& c) : core(c) { core.lock(); }
+    op(const op&) = delete;
+    op& operator=(const op&) = delete;
+    void release_to_park() { locked = false; }
+    ~op() noexcept(false) {
+      if (!locked) return;  // parked: park() released the lock
+      core.unlock();
+      woken.wake_all();
+      detail::safe_point();  // never throws while unwinding (Note [Shutdown checkpoints])
+    }
+  };
+
   // deliver puts v into an empty mvar (lock held): readers at the front get
   // copies, then the oldest taker gets v; with no taker the mvar becomes full.
   void deliver(T v, detail::wake_list& woken) {

@@ -28,7 +28,7 @@ struct runtime_statistics {
   std::uint64_t blocked_indefinitely = 0; // ended quietly: their mvar was destroyed
   std::uint64_t context_switches = 0;
   std::uint64_t live_threads = 0;
-  std::uint64_t peak_live_threads = 0;    // sampled at every tick and fork burst
+  std::uint64_t peak_live_threads = 0;    // sampled every tick, at shutdown and per snapshot
   std::uint64_t stacks_in_use = 0;
   std::uint64_t peak_stacks_in_use = 0;
   std::uint64_t peak_stack_bytes = 0;     // peak_stacks_in_use * reserved size

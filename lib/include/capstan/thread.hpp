@@ -48,10 +48,9 @@ thread_id self();
 void yield();
 
 // yield_point is a safe point: it yields if the timeslice has expired.
-// Cheap (one load); call it in long loops that make no other runtime call.
-inline void yield_point() {
-  if (detail::context_switch_pending()) detail::yield_point_slow();
-}
+// Cheap (a call and a load); call it in long loops that make no other
+// runtime call.
+inline void yield_point() { detail::safe_point(); }
 
 // current_capability returns the number of the capability running the caller.
 unsigned current_capability();

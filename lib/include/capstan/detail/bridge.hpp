@@ -33,7 +33,7 @@ struct thread_slot {
 
 // thread_alloc reserves a thread with `size` bytes of closure storage
 // (inline for small closures, so forking does not allocate).
-thread_slot thread_alloc(std::size_t size, std::size_t align);
+thread_slot thread_alloc(std::size_t size, std::size_t align, int cap);
 // thread_discard gives back a thread whose closure failed to construct.
 void thread_discard(void* thread) noexcept;
 // thread_start makes a constructed thread runnable; returns its id.
@@ -42,7 +42,7 @@ std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap);
 template <class F>
 std::uint64_t spawn(int cap, F&& f) {
   using Fn = std::decay_t<F>;
-  thread_slot s = thread_alloc(sizeof(Fn), alignof(Fn));
+  thread_slot s = thread_alloc(sizeof(Fn), alignof(Fn), cap);
   try {
     ::new (s.storage) Fn(std::forward<F>(f));
   } catch (...) {
@@ -52,11 +52,11 @@ std::uint64_t spawn(int cap, F&& f) {
   return thread_start(s.thread, &ops_for<Fn>::value, cap);
 }
 
-// context_switch_pending tells whether the caller's timeslice has expired
-// (or the runtime is shutting down).  Out of line on purpose: see
-// Note [TLS across a switch] in rts/task/task.hpp.
-bool context_switch_pending() noexcept;
-void yield_point_slow();
+// safe_point yields if the calling green thread's timeslice has expired (or
+// the runtime wants it back); a no-op on an OS thread running no green
+// thread.  Out of line on purpose: see Note [TLS across a switch] in
+// rts/task/task.hpp.
+void safe_point();
 
 // run_main runs fn(ctx) as the bound main green thread of a new runtime.
 struct options_ref;

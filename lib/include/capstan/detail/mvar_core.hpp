@@ -45,7 +45,8 @@ class wake_list {
   void more(void* thread) noexcept;
   void wake_rest() noexcept;
   void* first_ = nullptr;
-  void* chain_ = nullptr;  // further threads, linked by the runtime
+  void* chain_ = nullptr;       // further threads, linked by the runtime
+  void* chain_tail_ = nullptr;
 };
 
 class mvar_core {
