@@ -188,15 +188,26 @@ void drain_inbox(Capability* cap) {
 // ~~~~~~~~~~~~~~~~~~~
 // GHC's schedulePushWork: a capability with surplus runnable threads hands
 // some to an idle capability, rather than idle capabilities stealing them.
-// The run queue stays owner-private (no fences on the hot path), and the
-// push happens only when it can pay off: at least kPushThreshold threads
-// are waiting and some capability is idle (n_idle is a relaxed hint; a
-// stale read costs one missed or one useless push, never correctness).
+// The run queue stays owner-private (no fences on the hot path).  A push
+// happens only when it can pay off:
+//  * some capability is idle (n_idle, a relaxed hint: a stale read costs one
+//    missed or one useless push, never correctness);
+//  * at least kPushThreshold threads wait; and
+//  * the backlog has lasted kBacklogNs: the queue has not emptied since we
+//    first saw it long.  Shipping a thread to another core costs a few
+//    hundred ns of cache traffic (its Thread object, closure and data move),
+//    more than a tiny thread's whole run, so short bursts of tiny threads
+//    stay local (threads001 at -N2 went from 97 to 189 ns per thread when
+//    every burst was split; see docs/benchmarks.md), while a queue that
+//    stays long is real work worth a second core.
 // Half of the waiting threads go, oldest first, to one idle capability;
 // locked threads (fork_on, bound) never move.  A sequential chain of
 // hand-offs (ping-pong, a token ring) never has more than one thread
 // waiting, so it is never spread across capabilities, where every hand-off
 // would cost a cross-core wake-up (the GHC -N2 collapse).
+constexpr std::int64_t kBacklogNs = 50'000;
+std::int64_t now_ns();
+
 void push_work(Capability* cap) {
   Capability* target = nullptr;
   for (unsigned i = 1; i < rt.n_caps; ++i) {
@@ -229,13 +240,30 @@ void push_work(Capability* cap) {
   notify_capability(target);
 }
 
+// backlog_wants_push: the slow half of the push test in pick (see Note
+// [Pushing work]); reads the clock on every 16th call at most.
+[[gnu::noinline]] bool backlog_wants_push(Capability* cap) {
+  if (cap->push_check_countdown-- != 0) return false;
+  cap->push_check_countdown = 15;
+  std::int64_t now = now_ns();
+  if (cap->backlog_since_ns == 0) {
+    cap->backlog_since_ns = now;
+    return false;
+  }
+  return now - cap->backlog_since_ns >= kBacklogNs;
+}
+
 // pick returns the next thread to run on cap, or null.
 inline Thread* pick(Capability* cap) {
   if (rt.stop.load(std::memory_order_relaxed)) [[unlikely]] return nullptr;
   if (cap->inbox.maybe_nonempty()) drain_inbox(cap);
   Thread* t = cap->run_queue.pop_front();
-  if (cap->run_queue.size() >= kPushThreshold && rt.n_idle.load(std::memory_order_relaxed) != 0)
-    [[unlikely]] push_work(cap);
+  if (cap->run_queue.empty()) {
+    cap->backlog_since_ns = 0;
+  } else if (cap->run_queue.size() >= kPushThreshold &&
+             rt.n_idle.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (backlog_wants_push(cap)) push_work(cap);
+  }
   return t;
 }
 
@@ -258,7 +286,9 @@ inline Thread* pick(Capability* cap) {
 // lands between the check and the futex wait (Note [Sticky wake-up]).
 // The stop flag is part of the re-check (silk PR #152's lost shutdown).
 constexpr std::int64_t kSpinNs = 50'000;
+}  // namespace
 
+namespace {
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -392,9 +422,7 @@ void enqueue_new(Capability* cap, Thread* t, Capability* target) {
   t->cap = target;
   t->state = ThreadState::runnable;
   if (target == cap) {
-    cap->run_queue.push_back(t);
-    if (cap->run_queue.size() >= kPushThreshold && rt.n_idle.load(std::memory_order_relaxed) != 0)
-      [[unlikely]] push_work(cap);
+    cap->run_queue.push_back(t);  // pushed on to idle capabilities by pick
   } else {
     target->inbox.push(t);
     notify_capability(target);
@@ -451,6 +479,17 @@ void discard_thread(Thread* t) noexcept {
   else rt.depot.give_batch(t, 1);
 }
 
+// Note [Fork back-pressure]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread that forks in a loop would, within one 20 ms timeslice, queue
+// hundreds of thousands of threads whose Thread objects and closures have
+// long left the cache by the time they run, and whose memory is all live at
+// once.  So when its capability's run queue reaches kForkBackPressure
+// threads, the forker's timeslice is expired early: at the fork's safe point
+// it goes to the back (the usual rule), the threads it made run while they
+// are still in cache, and it resumes after them.  New threads still go to
+// the back; this only shortens the forker's slice.  Memory for pending new
+// threads is bounded by the queue length rather than by the timeslice.
 std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
   Task* task = my_task();
   Capability* cap = task->cap;
@@ -465,6 +504,9 @@ std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no
   }
   std::uint64_t id = t->id;  // t may run (and finish) elsewhere from here on
   enqueue_new(cap, t, target);
+  // See Note [Fork back-pressure].
+  if (cap->run_queue.size() >= kForkBackPressure) [[unlikely]]
+    request_context_switch(cap);
   // Every runtime call is a safe point.
   if (cap->context_switch.load(std::memory_order_relaxed)) [[unlikely]] yield_point_slow();
   return id;

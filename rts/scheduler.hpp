@@ -14,6 +14,9 @@ namespace capstan::rts {
 // A capability pushes work to idle ones when this many threads wait in its
 // run queue.  See Note [Pushing work].
 inline constexpr std::size_t kPushThreshold = 4;
+// A forking thread yields once this many threads wait on its capability.
+// See Note [Fork back-pressure].
+inline constexpr std::size_t kForkBackPressure = 256;
 
 // The running green thread's Task/Capability, or a usage_error naming `what`.
 Task* require_green_thread(const char* what);

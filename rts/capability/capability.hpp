@@ -43,6 +43,8 @@ struct alignas(64) Capability {
   Task* running_task = nullptr;    // [owner] (set before the Task starts)
   StackPool stacks;                // [owner]
   ThreadCache threads;             // [owner] recycled Thread objects
+  std::int64_t backlog_since_ns = 0;  // [owner] Note [Pushing work]: 0 = no backlog seen
+  unsigned push_check_countdown = 0;  // [owner] reads the clock every few picks only
   std::uint64_t next_id = 0;       // [owner] ids handed out in blocks
   std::uint64_t id_end = 0;        // [owner]
 
