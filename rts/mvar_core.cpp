@@ -22,7 +22,7 @@ void mvar_core::lock_slow() noexcept {
 }
 
 void mvar_core::park(waiter& w) {
-  rts::Task* task = rts::my_task();
+  rts::Task* task = rts::my_task_before_switch();  // used only before the switch
   if (!task || !task->cap || !task->cap->current) [[unlikely]] {
     remove(w);
     unlock();
@@ -31,27 +31,23 @@ void mvar_core::park(waiter& w) {
         "thread; block only inside capstan::run, or use try_take/try_put from other threads");
   }
   Thread* cur = task->cap->current;
-  if (rt_shutting_down() && !cur->bound && std::uncaught_exceptions() == 0) [[unlikely]] {
+  if (rts::rt.shutting_down.load(std::memory_order_relaxed) && !cur->bound &&
+      std::uncaught_exceptions() == 0) [[unlikely]] {
     remove(w);
     unlock();
     rts::check_killed(cur);  // Note [Shutdown checkpoints]: does not return
   }
   w.thread = cur;
-  w.killable = std::uncaught_exceptions() == 0;
   cur->wait_lock.lock();
   cur->blocked_on = this;
   cur->waiter = &w;
   cur->wait_lock.unlock();
-  rts::park_current(this);  // releases our lock once we are off the CPU
+  rts::park_current(task, cur, this);  // releases our lock once we are off the CPU
   switch (w.outcome) {
     case waiter::served: return;
     case waiter::killed: throw thread_killed{};
     case waiter::orphaned: throw blocked_indefinitely{};
   }
-}
-
-bool mvar_core::rt_shutting_down() noexcept {
-  return rts::rt.shutting_down.load(std::memory_order_relaxed);
 }
 
 void* mvar_core::serve(waiter& w) noexcept {

@@ -614,10 +614,8 @@ void yield_point_slow() {
 // same lock the waker takes (design brief hazard 1).  The waker dequeues
 // the waiter under the lock, which gives it alone the right to wake the
 // thread (hazard 2): a thread is woken exactly once per block.
-void park_current(detail::mvar_core* unlock_after) {
-  Task* task = my_task();
+void park_current(Task* task, Thread* cur, detail::mvar_core* unlock_after) {
   Capability* cap = task->cap;
-  Thread* cur = cap->current;
   cur->state = ThreadState::blocked;
   cur->why = WhyBlocked::on_mvar;
   Thread* next = pick(cap);
@@ -638,7 +636,7 @@ void park_current(detail::mvar_core* unlock_after) {
 void wake(Thread* t) noexcept {
   t->state = ThreadState::runnable;
   t->why = WhyBlocked::not_blocked;
-  Task* task = my_task();
+  Task* task = my_task_before_switch();  // wake never switches
   Capability* mine = task ? task->cap : nullptr;
   if (mine) {
     if (mine->current && !t->locked) t->cap = mine;
@@ -691,7 +689,9 @@ bool request_kill(Thread* t) noexcept {
     return false;
   }
   detail::waiter* w = t->waiter;
-  bool killable = w->killable;
+  // A thread that blocked while unwinding is not killed (see above): its
+  // uncaught-exception count was saved with it when it switched out.
+  bool killable = !(t->has_eh && t->eh.uncaught != 0);
   if (killable) {
     m->remove(*w);
     w->outcome = detail::waiter::killed;

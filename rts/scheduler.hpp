@@ -36,9 +36,9 @@ void schedule(Task* task);
 void yield_current();
 void yield_point_slow();
 
-// park_current blocks the running thread; `unlock_after` is released once
-// its context is saved.  See Note [Blocking on an MVar].
-void park_current(detail::mvar_core* unlock_after);
+// park_current blocks `cur`, the thread `task` is running; `unlock_after`
+// is released once its context is saved.  See Note [Blocking on an MVar].
+void park_current(Task* task, Thread* cur, detail::mvar_core* unlock_after);
 
 // wake makes a blocked thread runnable.  Exactly one party may wake a given
 // blocked thread: the one that removed it from the queue it waited in.

@@ -21,7 +21,6 @@ struct waiter {
   void* slot = nullptr;    // take/read: where to put the value; put: the value
   kind_t kind = take;
   outcome_t outcome = served;
-  bool killable = true;    // false if it blocked while unwinding (destructor)
 };
 
 // Note [Waking after unlock]
@@ -97,7 +96,6 @@ class mvar_core {
 
  private:
   void lock_slow() noexcept;
-  static bool rt_shutting_down() noexcept;
 
   std::atomic<bool> locked_{false};
   waiter* head_ = nullptr;  // guarded by locked_
