@@ -55,7 +55,7 @@ bool parse_uint(const char* s, unsigned long& out) {
 void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
   if (f[0] != '-' || f[1] == '\0') {
-    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -kw<n>");
+    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>");
   }
   const char* arg = f + 2;
   switch (f[1]) {
@@ -95,6 +95,13 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
       if (*arg) bad(flag, where, "expected -s (print statistics at exit), with nothing after it");
       o.stats = true;
       return;
+    case 'e': {
+      unsigned long n = 0;
+      if (!parse_uint(arg, n) || n < 1 || n > (1ul << 24))
+        bad(flag, where, "expected -e<n>, sparks per capability pool, 1 <= n <= 16777216");
+      o.spark_pool_size = n;
+      return;
+    }
     case 'k':
       if (arg[0] == 'w') {
         unsigned long n = 0;
@@ -107,7 +114,7 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
     default:
       break;
   }
-  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -kw<n>");
+  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>");
 }
 
 }  // namespace
@@ -118,6 +125,7 @@ const char* options::usage() {
          "  -K<size>   stack reserved per green thread, e.g. -K256k, -K1m; default 256k\n"
          "  -C<secs>   timeslice, e.g. -C0.02 (default); -C0 = switch at every safe point\n"
          "  -s         print runtime statistics to stderr at exit\n"
+         "  -e<n>      sparks per capability pool (default 4096)\n"
          "  -kw<n>     idle stacks kept warm per capability (default 256)\n";
 }
 

@@ -22,15 +22,18 @@ std::string runtime_statistics::summary() const {
       blocked_indefinitely);
   fmt::format_to(it, "  peak live threads: {} (sampled every tick)\n", peak_live_threads);
   fmt::format_to(it, "  context switches: {}\n", context_switches);
+  fmt::format_to(it, "  SPARKS: {} ({} converted, {} overflowed, {} dud, {} GC'd, {} fizzled)\n",
+                 sparks.total(), sparks.converted, sparks.overflowed, sparks.dud, sparks.gcd,
+                 sparks.fizzled);
   fmt::format_to(it, "  stacks: peak {} in use ({:.1f} MiB reserved), {} guarded, {} mappings\n",
       peak_stacks_in_use, mib(peak_stack_bytes), guarded_stacks, stack_mappings);
   fmt::format_to(it, "  peak RSS: {:.1f} MiB\n", mib(peak_rss_bytes));
   for (std::size_t i = 0; i < capabilities.size(); ++i) {
     const auto& c = capabilities[i];
     fmt::format_to(it, "  cap {}: busy {:.3f}s idle {:.3f}s, {} switches, {} created, {} pushed, {} received, "
-        "{} sleeps\n",
+        "{} sleeps, {} of {} steal requests answered with a spark\n",
         i, secs(c.busy), secs(c.idle), c.context_switches, c.threads_created, c.threads_pushed,
-        c.threads_received, c.sleeps);
+        c.threads_received, c.sleeps, c.steals, c.steal_attempts);
   }
   fmt::format_to(it, "  elapsed: {:.3f}s\n", secs(elapsed));
   return out;

@@ -9,8 +9,14 @@ Every benchmark prints exactly one line on stdout:
     capstan-bench name=<prog> impl=<capstan|ghc> caps=<N> n=<size> \
         <metric>=<value> [key=value ...] check=ok
 
-The first key after n= is the primary metric; any others are secondary.  All
-metrics are "lower is better".  The C++ programs live in
+The first key after n= (the program's first argument) is the primary
+metric, a number; any others are secondary: numbers, slash-separated number
+tuples such as sparks=<created>/<converted>/<overflowed>/<dud>/<gcd>/<fizzled>
+(medians are taken element by element), or "na".  All numeric metrics are "lower is
+better".  For the spark programs the table also shows the speed-up of -N2
+over -N1 (median at -N1 / median at -N2).  A program may appear several
+times with different arguments (e.g. parfib 32 2 and parfib 38 20); each is
+its own row.  The C++ programs live in
 <build-dir>/nofib_like/<prog>; the Haskell twins (nofib_like/haskell/*.hs)
 are compiled into <build-dir>/nofib_like/haskell/ when ghc is available.
 
@@ -31,7 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# (program, default size, --quick size), in the order they are run.
+# (program, default arguments, --quick arguments), in the order they are run.
+# Arguments are a size or a tuple whose first element is the size (n=).
 PROGRAMS = [
     ("switch", 10_000_000, 1_000_000),
     ("pingpong", 2_000_000, 200_000),
@@ -39,12 +46,22 @@ PROGRAMS = [
     ("ring", 10_000_000, 1_000_000),
     ("parked", 1_000_000, 100_000),
     ("idle", 5, 1),
+    ("parfib", (32, 2), (25, 2)),          # n, threshold
+    ("parfib", (38, 20), (30, 12)),
+    ("nqueens", (12, 3), (10, 3)),         # n, spark depth
+    ("mergesort", (5_000_000, 10_000), (500_000, 10_000)),  # n, cutoff
+    ("balanced", 1024, 128),               # tasks
+    ("imbalanced", 1024, 128),
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
 PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "threads001": "ns_per_thread", "ring": "ns_per_hop",
-           "parked": "bytes_per_thread", "idle": "cpu_percent"}
+           "parked": "bytes_per_thread", "idle": "cpu_percent",
+           "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
+           "balanced": "ms", "imbalanced": "ms"}
+# Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
+SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced"}
 CAPS = (1, 2)
 MIN_REPS = {"pingpong": 7}  # noisy: never fewer repetitions than this
 GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
@@ -70,9 +87,36 @@ def parse_result(stdout):
     return fields
 
 
-def run_once(binary, prog, impl, n, caps, timeout):
-    """Run one benchmark; return its metrics {key: float} in printed order."""
-    cmd = [str(binary), str(n), "+RTS", f"-N{caps}", "-RTS"]
+def as_args(spec):
+    """A PROGRAMS size entry as a tuple of argument strings."""
+    return tuple(str(a) for a in (spec if isinstance(spec, tuple) else (spec,)))
+
+
+def row_label(prog, args):
+    """Table name of a row: the program, plus its arguments if several."""
+    return " ".join((prog,) + args) if len(args) > 1 else prog
+
+
+def parse_metric(value):
+    """A metric value: a float, a tuple of floats (a/b/c) or a string."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parts = tuple(float(v) for v in value.split("/"))
+        if len(parts) > 1:
+            return parts
+    except ValueError:
+        pass
+    return value
+
+
+def run_once(binary, prog, impl, args, caps, timeout):
+    """Run one benchmark; return its metrics {key: value} in printed order:
+    the primary one a float, secondaries as parse_metric returns them."""
+    n = args[0]
+    cmd = [str(binary), *args, "+RTS", f"-N{caps}", "-RTS"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -105,13 +149,13 @@ def run_once(binary, prog, impl, n, caps, timeout):
     metrics.remove("check")
     if not metrics:
         raise RunError("no metric in result line")
-    try:
-        return {k: float(fields[k]) for k in metrics}
-    except ValueError as e:
-        raise RunError(f"bad metric value: {e}")
+    values = {k: parse_metric(fields[k]) for k in metrics}
+    if not isinstance(values[metrics[0]], float):
+        raise RunError(f"bad metric value: {metrics[0]}={fields[metrics[0]]}")
+    return values
 
 
-def run_series(binary, prog, impl, n, caps, reps, timeout):
+def run_series(binary, prog, impl, args, caps, reps, timeout):
     """Run reps times.  Return (list of metric dicts, error or None);
     the series stops at the first failure."""
     results = []
@@ -119,11 +163,11 @@ def run_series(binary, prog, impl, n, caps, reps, timeout):
         print(f"  {prog:<10} N={caps} {impl:<7} {i + 1}/{reps}",
               end="", file=sys.stderr, flush=True)
         try:
-            m = run_once(binary, prog, impl, n, caps, timeout)
+            m = run_once(binary, prog, impl, args, caps, timeout)
         except RunError as e:
             print(f"  FAIL: {e}", file=sys.stderr)
             return results, str(e)
-        print("  " + " ".join(f"{k}={v:g}" for k, v in m.items()),
+        print("  " + " ".join(f"{k}={show_value(v)}" for k, v in m.items()),
               file=sys.stderr)
         results.append(m)
     return results, None
@@ -164,25 +208,53 @@ def fmt(v):
     return f"{v:.3f}"
 
 
+def show_value(v):
+    """Text of one metric value (a float, a tuple of floats or a string)."""
+    if isinstance(v, tuple):  # counters: whole numbers stay whole
+        return "/".join(str(int(x)) if x == int(x) else fmt(x) for x in v)
+    return v if isinstance(v, str) else f"{v:g}"
+
+
 def median(series, key):
-    """Median of one metric over a successful series, else None."""
+    """Median of one metric over a successful series, else None.  Tuples
+    (a/b/c) take the (low) median of each element, so counters stay whole;
+    strings must all agree."""
     results, err = series
     if err or not results or key not in results[0]:
         return None
-    return statistics.median(r[key] for r in results)
+    values = [r.get(key) for r in results]
+    if all(isinstance(v, float) for v in values):
+        return statistics.median(values)
+    if all(isinstance(v, tuple) and len(v) == len(values[0]) for v in values):
+        return tuple(statistics.median_low(column) for column in zip(*values))
+    return values[0] if all(v == values[0] for v in values) else "varies"
 
 
 def cell(series, key):
-    """Table text for the median of one metric: a number, FAIL or -."""
+    """Table text for the median of one metric: a value, FAIL or -."""
     m = median(series, key)
-    return "FAIL" if series[1] else "-" if m is None else fmt(m)
+    if series[1] or m is None:
+        return "FAIL" if series[1] else "-"
+    return fmt(m) if isinstance(m, float) else show_value(m)
 
 
-def table_rows(cells, have_ghc):
-    """cells: {(prog, caps): {impl: (results, error)}} -> list of row lists.
-    A series that was not run (no ghc) is ([], None)."""
+def speedup(cells, row, impl, primary):
+    """Median at -N1 / median at -N2 of the primary metric, as text."""
+    one = cells.get((row[0], row[1], 1), {}).get(impl, ([], None))
+    two = cells.get((row[0], row[1], 2), {}).get(impl, ([], None))
+    a, b = median(one, primary), median(two, primary)
+    if not isinstance(a, float) or not isinstance(b, float) or not b:
+        return "FAIL" if one[1] or two[1] else "-"
+    return f"{a / b:.2f}"
+
+
+def table_rows(cells, have_ghc, with_speedup):
+    """cells: {(prog, args, caps): {impl: (results, error)}} -> list of row
+    lists.  A series that was not run (no ghc) is ([], None).  with_speedup
+    adds the -N2/-N1 speed-up column, filled in the -N2 rows of the spark
+    programs."""
     rows = []
-    for (prog, caps), by_impl in cells.items():
+    for (prog, args, caps), by_impl in cells.items():
         cap = by_impl["capstan"]
         ghc = by_impl.get("ghc", ([], None))
         # Metric names as printed by the programs; the expected primary
@@ -201,32 +273,56 @@ def table_rows(cells, have_ghc):
         if c is not None and g:
             r = c / g
             ratio = f"{r:.2f}" if r >= 0.1 else f"{r:.2g}"
-        extra = " ".join(f"{k}={cell(cap, k)}" + (f"/{cell(ghc, k)}" if have_ghc else "")
+        # A ghc "na" (e.g. sparks=na: GHC has no such counters here) is
+        # left out rather than shown after a tuple's slashes.
+        extra = " ".join(f"{k}={cell(cap, k)}"
+                         + (f"/{cell(ghc, k)}" if have_ghc and cell(ghc, k) != "na" else "")
                          for k in keys[1:])
-        rows.append([prog, primary, str(caps), cell(cap, primary), cap_range,
-                     cell(ghc, primary), ratio, extra])
+        row = [row_label(prog, args), primary, str(caps), cell(cap, primary),
+               cap_range, cell(ghc, primary), ratio]
+        if with_speedup:
+            up = ""
+            if prog in SPARK_PROGRAMS and caps == 2:
+                up = speedup(cells, (prog, args), "capstan", primary)
+                if have_ghc:
+                    up += "/" + speedup(cells, (prog, args), "ghc", primary)
+            row.append(up)
+        rows.append(row + [extra])
     return rows
 
 
 HEADER = ["program", "metric", "N", "capstan median", "capstan min..max",
           "ghc median", "capstan/ghc", "secondary (capstan/ghc medians)"]
-RIGHT = {2, 3, 4, 5, 6}  # right-aligned (numeric) columns
+# With spark programs in the run, before the secondaries:
+SPEEDUP_HEADER = "N2 speed-up (capstan/ghc)"
+RIGHT = {2, 3, 4, 5, 6, 7}  # right-aligned (numeric) columns, secondaries excepted
+
+
+def header(rows):
+    """HEADER, with the speed-up column if the rows have it."""
+    if rows and len(rows[0]) > len(HEADER):
+        return HEADER[:-1] + [SPEEDUP_HEADER, HEADER[-1]]
+    return HEADER
 
 
 def plain_table(rows):
-    widths = [max(len(r[i]) for r in [HEADER] + rows) for i in range(len(HEADER))]
+    head = header(rows)
+    last = len(head) - 1  # the secondaries: always left-aligned
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
 
     def line(r):
-        return "  ".join(c.rjust(w) if i in RIGHT else c.ljust(w)
+        return "  ".join(c.rjust(w) if i in RIGHT and i != last else c.ljust(w)
                          for i, (c, w) in enumerate(zip(r, widths))).rstrip()
     sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(HEADER), sep] + [line(r) for r in rows])
+    return "\n".join([line(head), sep] + [line(r) for r in rows])
 
 
 def markdown_table(rows):
-    out = ["| " + " | ".join(HEADER) + " |",
-           "|" + "|".join("---:" if i in RIGHT else "---"
-                          for i in range(len(HEADER))) + "|"]
+    head = header(rows)
+    last = len(head) - 1
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---:" if i in RIGHT and i != last else "---"
+                          for i in range(len(head))) + "|"]
     out += ["| " + " | ".join(c or " " for c in r) + " |" for r in rows]
     return "\n".join(out)
 
@@ -251,7 +347,7 @@ def main():
                     help="small sizes and 3 reps, for smoke testing")
     ap.add_argument("--only", default="",
                     help="comma-separated subset of: "
-                         + ",".join(p for p, _, _ in PROGRAMS))
+                         + ",".join(dict.fromkeys(p for p, _, _ in PROGRAMS)))
     ap.add_argument("--no-ghc", action="store_true",
                     help="do not build or run the Haskell twins")
     ap.add_argument("--markdown", type=Path, metavar="FILE",
@@ -263,12 +359,12 @@ def main():
     reps = args.reps if args.reps is not None else (3 if args.quick else 5)
     if reps < 1:
         ap.error("--reps must be at least 1")
-    known = [p for p, _, _ in PROGRAMS]
+    known = list(dict.fromkeys(p for p, _, _ in PROGRAMS))
     only = [p for p in args.only.split(",") if p]
     for p in only:
         if p not in known:
             ap.error(f"unknown program {p!r} (known: {', '.join(known)})")
-    programs = [(p, q if args.quick else d) for p, d, q in PROGRAMS
+    programs = [(p, as_args(q if args.quick else d)) for p, d, q in PROGRAMS
                 if not only or p in only]
 
     bench_dir = args.build_dir / "nofib_like"
@@ -277,38 +373,39 @@ def main():
         print("note: ghc not on PATH; skipping the Haskell twins",
               file=sys.stderr)
 
-    failures = []  # (prog, caps, impl, reason)
+    failures = []  # (row label, caps, impl, reason)
     twins = {}     # prog -> binary path or RunError
     if have_ghc:
         print("building Haskell twins", file=sys.stderr)
-        for prog, _ in programs:
+        for prog in dict.fromkeys(p for p, _ in programs):
             try:
                 twins[prog] = build_twin(prog, bench_dir / "haskell")
             except RunError as e:
                 twins[prog] = e
 
     cells = {}
-    for prog, n in programs:
+    for prog, prog_args in programs:
         prog_reps = max(reps, MIN_REPS.get(prog, 0))
-        print(f"{prog} n={n} reps={prog_reps}", file=sys.stderr)
+        print(f"{prog} n={' '.join(prog_args)} reps={prog_reps}", file=sys.stderr)
         impls = [("capstan", bench_dir / prog)]
         if have_ghc:
             impls.append(("ghc", twins[prog]))
         for caps in CAPS:
-            series = cells[(prog, caps)] = {}
+            series = cells[(prog, prog_args, caps)] = {}
             for impl, binary in impls:
                 if isinstance(binary, RunError):
                     res, err = [], str(binary)
                 elif not binary.exists():
                     res, err = [], f"missing binary {binary}"
                 else:
-                    res, err = run_series(binary, prog, impl, n, caps,
+                    res, err = run_series(binary, prog, impl, prog_args, caps,
                                           prog_reps, args.timeout)
                 if err:
-                    failures.append((prog, caps, impl, err))
+                    failures.append((row_label(prog, prog_args), caps, impl, err))
                 series[impl] = (res, err)
 
-    rows = table_rows(cells, have_ghc)
+    with_speedup = any(p in SPARK_PROGRAMS for p, _ in programs)
+    rows = table_rows(cells, have_ghc, with_speedup)
     print()
     print(plain_table(rows))
     notes = [f"FAIL {prog} N={caps} {impl}: {err}"
@@ -319,7 +416,7 @@ def main():
 
     if args.markdown:
         cmdline = shlex.join([Path(sys.executable).name] + sys.argv)
-        sizes = ", ".join(f"{p}={n}" for p, n in programs)
+        sizes = ", ".join(f"{p}={' '.join(a)}" for p, a in programs)
         text = [
             "# capstan nofib_like benchmarks",
             "",
@@ -330,7 +427,8 @@ def main():
             f"sizes: {sizes}",
             "- ghc twins: " + (f"ghc {command_output(['ghc', '--numeric-version'])}"
                                if have_ghc else "not run") + "; "
-            "all metrics lower is better; ratio = capstan median / ghc median",
+            "all metrics lower is better; ratio = capstan median / ghc median"
+            + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else ""),
             "",
             markdown_table(rows),
         ]

@@ -42,7 +42,7 @@ void mvar_core::park(waiter& w) {
   cur->blocked_on = this;
   cur->waiter = &w;
   cur->wait_lock.unlock();
-  rts::park_current(task, cur, this);  // releases our lock once we are off the CPU
+  rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
   switch (w.outcome) {
     case waiter::served: return;
     case waiter::killed: throw thread_killed{};

@@ -35,6 +35,7 @@
 #include "capstan/errors.hpp"
 #include "sanitizer.hpp"
 #include "scheduler.hpp"
+#include "sparks/sparks.hpp"
 #include "ticker.hpp"
 
 namespace capstan::rts {
@@ -161,6 +162,10 @@ void validate(const options& o) {
     throw usage_error(fmt::format(
         "capstan::run: options.stack_size = {} bytes is impossible; accepted: 16 KiB .. 1 GiB",
         o.stack_size));
+  if (o.spark_pool_size < 1 || o.spark_pool_size > (std::size_t{1} << 24))
+    throw usage_error(fmt::format(
+        "capstan::run: options.spark_pool_size = {} is impossible; accepted: 1 .. 16777216",
+        o.spark_pool_size));
   if (o.timeslice.count() < 0)
     throw usage_error("capstan::run: options.timeslice is negative; accepted: >= 0");
 }
@@ -191,6 +196,13 @@ runtime_statistics snapshot_statistics() {
     cs.threads_pushed = c->threads_pushed.get();
     cs.threads_received = c->threads_received.get();
     cs.sleeps = c->sleeps.get();
+    cs.steal_attempts = c->steal_attempts.get();
+    cs.steals = c->steals.get();
+    s.sparks.created += c->sparks.created.load(std::memory_order_relaxed);
+    s.sparks.overflowed += c->sparks.overflowed.load(std::memory_order_relaxed);
+    s.sparks.fizzled += c->sparks.fizzled.load(std::memory_order_relaxed);
+    s.sparks.gcd += c->sparks.gcd.load(std::memory_order_relaxed);
+    s.sparks.converted += c->sparks_converted.get();
     cs.idle = std::chrono::nanoseconds(c->idle_ns.get());
     cs.busy = s.elapsed > cs.idle ? s.elapsed - cs.idle : std::chrono::nanoseconds(0);
     s.capabilities.push_back(cs);
@@ -252,6 +264,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     c->no = i;
     c->stacks.attach(&rt.arena, o.stack_pool_watermark);
     c->threads.attach(&rt.depot);
+    spark_pool_init(c, o.spark_pool_size);
     rt.caps.push_back(c);
     auto task = std::make_unique<Task>();
     task->cap = c;
@@ -267,7 +280,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   bind_task_to_this_os_thread(task0);
   init_task_sanitizer_state(task0);
   MainClosure mc{fn, ctx};
-  create_system_thread(rt.caps[0], &kMainOps, &mc, sizeof mc, /*bound=*/true);
+  create_system_thread(rt.caps[0], &kMainOps, &mc, sizeof mc, /*bound=*/true, /*locked=*/true);
 
   for (unsigned i = 1; i < rt.n_caps; ++i) {
     Task* t = rt.tasks[i].get();
@@ -286,8 +299,10 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   ticker.stop();
   set_my_task(nullptr);
   rt.shutdown_events = nullptr;
+  auto abandoned = reclaim_leftovers();
+  for (Capability* c : rt.caps) spark_pool_release(c);  // leftovers count as GC'd
   auto final_stats = snapshot_statistics();
-  final_stats.threads_abandoned = reclaim_leftovers();
+  final_stats.threads_abandoned = abandoned;
   {
     std::lock_guard<std::mutex> g(rt.last_stats_mu);
     rt.last_stats = final_stats;

@@ -68,6 +68,7 @@
 #include "capstan/mvar.hpp"
 #include "runtime.hpp"
 #include "sanitizer.hpp"
+#include "sparks/sparks.hpp"
 
 namespace capstan::rts {
 
@@ -100,9 +101,16 @@ inline void after_switch(PostSwitch* p) {
     p->dead = nullptr;
     recycle(my_task()->cap, dead);
   }
-  if (detail::mvar_core* m = p->unlock) {
+  if (std::atomic<bool>* lock = p->unlock) {
     p->unlock = nullptr;
-    m->unlock();  // the blocked thread is off its stack: others may wake it now
+    // The blocked thread is off its stack: others may wake it now.
+    lock->store(false, std::memory_order_release);
+  }
+  if (Thread* t = p->migrant) [[unlikely]] {
+    p->migrant = nullptr;
+    Capability* target = p->migrate_to;
+    target->inbox.push(t);  // See Note [Migrating to a spark's capability]
+    notify_capability(target);
   }
 }
 
@@ -257,6 +265,7 @@ void push_work(Capability* cap) {
 inline Thread* pick(Capability* cap) {
   if (rt.stop.load(std::memory_order_relaxed)) [[unlikely]] return nullptr;
   if (cap->inbox.maybe_nonempty()) drain_inbox(cap);
+  poll_spark_requests(cap);
   Thread* t = cap->run_queue.pop_front();
   if (cap->run_queue.empty()) {
     cap->backlog_since_ns = 0;
@@ -299,26 +308,63 @@ bool has_work(Capability* cap) {
   return cap->inbox.maybe_nonempty() || rt.stop.load(std::memory_order_relaxed);
 }
 
+constexpr unsigned kSparkRounds = 20;
+
+bool any_sparks() {
+  for (Capability* c : rt.caps)
+    if (c->sparks.size() != 0) return true;
+  return false;
+}
+
+// try_sparks: an idle capability turns a spark into a spark thread (own
+// pool first, then by asking others; Note [Spark pools]).
+bool try_sparks(Capability* cap) {
+  poll_spark_requests(cap);
+  if (detail::spark_base* s = find_spark(cap)) {
+    start_spark_thread(cap, s);
+    return true;
+  }
+  return false;
+}
+
 void idle(Task* task, Capability* cap) {
   rt.n_idle.fetch_add(1, std::memory_order_seq_cst);
   cap->idle.store(true, std::memory_order_relaxed);
   std::int64_t t0 = now_ns();
   bool found = false;
-  for (unsigned i = 1; !found; ++i) {
-    if (has_work(cap)) found = true;
-    else if ((i & 63) == 0 && now_ns() - t0 > kSpinNs) break;
-    else cpu_relax();
-  }
-  while (!found) {
+  for (unsigned round = 0; !found; ++round) {
+    // Spin for kSpinNs watching the inbox, answering steal requests, and
+    // looking for sparks (asking another capability every 256 turns: each
+    // ask costs the victim a poll, so thieves back off).
+    std::int64_t spin_start = now_ns();
+    for (unsigned i = 0; !found; ++i) {
+      if (has_work(cap)) found = true;
+      else if ((i & 255) == 0 && try_sparks(cap)) found = true;
+      else if ((i & 63) == 63 && now_ns() - spin_start > kSpinNs) break;
+      else {
+        poll_spark_requests(cap);
+        cpu_relax();
+      }
+    }
+    if (found) break;
+    // Sparks elsewhere whose owner has not answered yet: keep trying for a
+    // while (bounded: kSparkRounds spins), then sleep anyway; the ticker
+    // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).
+    if (round < kSparkRounds && any_sparks()) continue;
     cap->sleeping.store(true, std::memory_order_seq_cst);
     if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {
       cap->sleeping.store(false, std::memory_order_relaxed);
       break;
     }
-    cap->sleeps.add();
-    task->parker.park();
+    detail::g_spark_sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (cap->sparks.size() == 0 && !cap->spark_wake.load(std::memory_order_seq_cst)) {
+      cap->sleeps.add();
+      task->parker.park();
+    }
+    detail::g_spark_sleepers.fetch_sub(1, std::memory_order_seq_cst);
     cap->sleeping.store(false, std::memory_order_relaxed);
-    found = has_work(cap);
+    cap->spark_wake.store(false, std::memory_order_relaxed);
+    found = has_work(cap);  // else spin again: woken for sparks, or spuriously
   }
   cap->idle.store(false, std::memory_order_relaxed);
   rt.n_idle.fetch_sub(1, std::memory_order_seq_cst);
@@ -513,14 +559,14 @@ std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no
 }
 
 Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
-                             std::size_t closure_size, bool bound) {
+                             std::size_t closure_size, bool bound, bool locked) {
   Thread* t = new_thread_object(cap);
   t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
   std::memcpy(t->inline_closure, closure, closure_size);
   t->ops = ops;
   t->id = next_thread_id(cap);
   t->bound = bound;
-  t->locked = true;
+  t->locked = locked;
   link_home(cap, t);
   cap->threads_created.add();
   t->cap = cap;
@@ -614,12 +660,32 @@ void yield_point_slow() {
 // same lock the waker takes (design brief hazard 1).  The waker dequeues
 // the waiter under the lock, which gives it alone the right to wake the
 // thread (hazard 2): a thread is woken exactly once per block.
-void park_current(Task* task, Thread* cur, detail::mvar_core* unlock_after) {
+void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after) {
   Capability* cap = task->cap;
   cur->state = ThreadState::blocked;
   cur->why = WhyBlocked::on_mvar;
   Thread* next = pick(cap);
   task->post.unlock = unlock_after;
+  switch_to(task, cap, cur, next, false);
+}
+
+// Note [Migrating to a spark's capability]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A spark pool is touched only by its capability's owner (Note [Spark
+// pools]).  A thread that made a spark and then moved (woken elsewhere, or
+// pushed) goes back to the spark's capability before it forces or discards
+// the spark: it queues itself on that capability's inbox - after its
+// context is saved, by the landing side, as with every hand-over - and
+// continues there as its owner.
+void migrate_current_to(Capability* target) {
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  Thread* cur = cap->current;
+  cur->cap = target;
+  cur->state = ThreadState::runnable;
+  Thread* next = pick(cap);
+  task->post.migrant = cur;
+  task->post.migrate_to = target;
   switch_to(task, cap, cur, next, false);
 }
 
@@ -648,6 +714,18 @@ void wake(Thread* t) noexcept {
   Capability* target = t->cap;
   target->inbox.push(t);
   notify_capability(target);
+}
+
+void wake_home(Thread* t) noexcept {
+  t->state = ThreadState::runnable;
+  t->why = WhyBlocked::not_blocked;
+  Task* task = my_task_before_switch();
+  if (task && task->cap == t->cap) {
+    t->cap->run_queue.push_back(t);
+    return;
+  }
+  t->cap->inbox.push(t);
+  notify_capability(t->cap);
 }
 
 void notify_capability(Capability* cap) noexcept {

@@ -27,7 +27,7 @@ void discard_thread(Thread* t) noexcept;
 std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no);
 // Creates a thread for the runtime's own use on `cap` (no current thread needed).
 Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
-                             std::size_t closure_size, bool bound);
+                             std::size_t closure_size, bool bound, bool locked = true);
 
 // schedule is a Task's scheduler loop, on its native stack; returns at stop.
 void schedule(Task* task);
@@ -38,11 +38,18 @@ void yield_point_slow();
 
 // park_current blocks `cur`, the thread `task` is running; `unlock_after`
 // is released once its context is saved.  See Note [Blocking on an MVar].
-void park_current(Task* task, Thread* cur, detail::mvar_core* unlock_after);
+void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after);
+
+// migrate_current_to moves the running (unlocked) thread to `target`: it is
+// queued there, through the inbox, once its context is saved.
+void migrate_current_to(Capability* target);
 
 // wake makes a blocked thread runnable.  Exactly one party may wake a given
 // blocked thread: the one that removed it from the queue it waited in.
 void wake(Thread* t) noexcept;
+// wake_home makes t runnable on its own capability (no wake-up affinity):
+// for threads whose sparks wait in that capability's pool.
+void wake_home(Thread* t) noexcept;
 
 // interrupt_capability asks `cap`'s running thread to return to the
 // scheduler at its next safe point, keeping its place at the front.

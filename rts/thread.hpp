@@ -25,7 +25,7 @@ namespace capstan::rts {
 struct Capability;
 
 enum class ThreadState : std::uint8_t { runnable, running, blocked, finished };
-enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_shutdown };
+enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_spark, on_shutdown };
 
 // The C++ runtime's per-thread exception bookkeeping (libstdc++/libc++abi
 // __cxa_eh_globals): swapped at every switch so a switch inside a catch

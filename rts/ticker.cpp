@@ -22,6 +22,7 @@
 #include "parker.hpp"
 #include "runtime.hpp"
 #include "scheduler.hpp"
+#include "sparks/sparks.hpp"
 
 namespace capstan::rts {
 
@@ -61,6 +62,16 @@ void Ticker::loop() {
     sample_peaks();
     if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
       rt.shutdown_events->notify();  // Note [Shutdown]: the grace-period clock
+    // A capability asleep while sparks wait elsewhere (a missed wake-up is
+    // allowed on the par() fast path) is woken within one tick.
+    if (detail::g_spark_sleepers.load(std::memory_order_relaxed) != 0) {
+      for (Capability* c : rt.caps) {
+        if (c->sparks.size() != 0) {
+          spark_wake_one();
+          break;
+        }
+      }
+    }
     bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;
     if (expire) slice_ticks = 0;
     bool any_busy = false;

@@ -17,8 +17,13 @@ run_suite() {  # run_suite BUILD_DIR SUITE [extra meson test args]
   if ! meson test -C "$dir" --suite "$suite" --print-errorlogs --num-processes 2 "$@"; then
     status=1
   fi
-  cp "$dir/meson-logs/testlog.json" "$dir/meson-logs/testlog-$suite.json" 2>/dev/null &&
-    logs+=("$dir/meson-logs/testlog-$suite.json")
+  # meson names the log after the wrapper when there is one: take the newest.
+  local newest
+  newest=$(ls -t "$dir"/meson-logs/testlog*.json 2>/dev/null | grep -v -- '-suite-' | head -n 1)
+  if [[ -n "$newest" ]]; then
+    cp "$newest" "$dir/meson-logs/testlog-suite-$suite.json"
+    logs+=("$dir/meson-logs/testlog-suite-$suite.json")
+  fi
 }
 build() {  # build DIR [meson options]
   local dir=$1

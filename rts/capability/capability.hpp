@@ -16,6 +16,7 @@
 #include "../spinlock.hpp"
 #include "../stack.hpp"
 #include "../thread_pool.hpp"
+#include "capstan/spark.hpp"
 #include "inbox.hpp"
 
 namespace capstan::rts {
@@ -53,12 +54,19 @@ struct alignas(64) Capability {
   OwnerCounter threads_blocked_indefinitely;
   OwnerCounter context_switches, threads_pushed, threads_received, sleeps;
   OwnerCounter idle_ns, stacks_allocated, stacks_freed;
+  OwnerCounter sparks_converted, steal_attempts, steals;
 
   // --- shared with other capabilities --------------------------------------
   alignas(64) Inbox inbox;                     // [atomic] see inbox.hpp
   std::atomic<std::uint32_t> context_switch{0};  // [atomic] ticker/interrupters set, owner clears
   std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
   std::atomic<bool> sleeping{false};           // [atomic] Note [Sleeping capabilities]
+
+  // Sparks: see Note [Spark pools] in sparks/sparks.cpp.
+  alignas(64) detail::spark_pool sparks;       // [owner] (+ request: [atomic])
+  std::atomic<detail::spark_base*> steal_box{nullptr};  // [atomic] a victim's answer to our request
+  std::atomic<bool> spark_wake{false};         // [atomic] woken to look for sparks
+  std::uint64_t steal_seed = 0;                // [owner] victim order
 
   // All live threads whose home is this capability (for shutdown).
   SpinLock all_lock;

@@ -1,6 +1,8 @@
 // task.cpp - OS-thread bookkeeping for Tasks.  See task.hpp.
 #include "task.hpp"
 
+#include "../capability/capability.hpp"
+
 #include <pthread.h>
 
 #include <cerrno>
@@ -21,10 +23,14 @@ __attribute__((noinline)) Task* my_task() noexcept {
   return tl_task_slot;
 }
 
-__attribute__((noinline)) void set_my_task(Task* t) noexcept { tl_task_slot = t; }
+__attribute__((noinline)) void set_my_task(Task* t) noexcept {
+  tl_task_slot = t;
+  if (!t) detail::tl_spark_pool = nullptr;
+}
 
 void bind_task_to_this_os_thread(Task* t) {
   set_my_task(t);
+  detail::tl_spark_pool = t && t->cap ? &t->cap->sparks : nullptr;
   t->errno_loc = &errno;
   t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());
   pthread_attr_t attr;

@@ -37,7 +37,9 @@ struct Capability;
 // See Note [Blocking on an MVar] and Note [Finishing a thread].
 struct PostSwitch {
   Thread* dead = nullptr;                    // recycle its stack and object
-  detail::mvar_core* unlock = nullptr;       // release after the blocker's context is saved
+  std::atomic<bool>* unlock = nullptr;       // a lock word to release after the blocker's context is saved
+  Thread* migrant = nullptr;                 // send to migrate_to's inbox once off its stack
+  Capability* migrate_to = nullptr;
 };
 
 struct Task {

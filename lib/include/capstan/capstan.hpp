@@ -5,5 +5,6 @@
 #include "capstan/mvar.hpp"
 #include "capstan/options.hpp"
 #include "capstan/run.hpp"
+#include "capstan/spark.hpp"
 #include "capstan/statistics.hpp"
 #include "capstan/thread.hpp"

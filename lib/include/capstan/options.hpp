@@ -23,6 +23,10 @@ struct options {
   // Idle stacks kept warm per capability before their memory is returned to
   // the OS, +RTS -kw<n>.
   std::size_t stack_pool_watermark = 256;
+  // Sparks each capability's pool holds (rounded up to a power of two);
+  // par() beyond that overflows: the spark is dropped and get() runs it
+  // inline.  +RTS -e<n>, default 4096 as GHC.
+  std::size_t spark_pool_size = 4096;
 
   // parse returns the defaults updated first by the CAPSTAN_RTS environment
   // variable, then by every `+RTS ... -RTS` group in argv, which it removes

@@ -14,8 +14,23 @@ struct capability_statistics {
   std::uint64_t threads_pushed = 0;    // sent to idle capabilities (schedulePushWork)
   std::uint64_t threads_received = 0;  // arrived through the inbox
   std::uint64_t sleeps = 0;            // times the OS thread parked while idle
+  std::uint64_t steal_attempts = 0;    // spark requests sent to other capabilities
+  std::uint64_t steals = 0;            // ... answered with a spark
   std::chrono::nanoseconds busy{0};    // time not idle
   std::chrono::nanoseconds idle{0};    // time idle (spinning or asleep)
+};
+
+// GHC's spark categories (+RTS -s SPARKS line).  Every spark is exactly one
+// of: converted, overflowed, dud, gcd, fizzled (or still in a pool while
+// running): created + overflowed + dud == total.
+struct spark_statistics {
+  std::uint64_t created = 0;     // entered a pool
+  std::uint64_t converted = 0;   // run by a spark thread on an idle capability
+  std::uint64_t overflowed = 0;  // pool full: dropped, run inline by get()
+  std::uint64_t dud = 0;         // already evaluated when sparked (never, in C++)
+  std::uint64_t gcd = 0;         // discarded unevaluated (destroyed unforced, or at shutdown)
+  std::uint64_t fizzled = 0;     // evaluated by its maker's get() before anyone took it
+  std::uint64_t total() const { return created + overflowed + dud; }
 };
 
 struct runtime_statistics {
@@ -27,6 +42,7 @@ struct runtime_statistics {
   std::uint64_t uncaught_exceptions = 0;  // forked threads ended by an exception
   std::uint64_t blocked_indefinitely = 0; // ended quietly: their mvar was destroyed
   std::uint64_t context_switches = 0;
+  spark_statistics sparks;
   std::uint64_t live_threads = 0;
   std::uint64_t peak_live_threads = 0;    // sampled every tick, at shutdown and per snapshot
   std::uint64_t stacks_in_use = 0;

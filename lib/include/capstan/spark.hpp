@@ -1,0 +1,198 @@
+// spark.hpp - GHC's `par`: work that *may* run in parallel.
+//
+//   auto s = capstan::par([&] { return fib(n - 1); });   // a spark
+//   int b = fib(n - 2);
+//   int a = s.get();   // GHC's pseq: runs it here unless an idle capability took it
+//
+// Lifetime rule: a spark lives in the frame of the thread that made it and
+// refers to that frame (its closure's captures).  get() or the destructor
+// settles it before the frame goes away: an unforced spark that nobody took
+// is discarded (counted GC'd) and never runs afterwards; one that an idle
+// capability is already running is waited for.  So captures by reference
+// are safe for as long as the spark object lives.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace capstan {
+
+template <class R>
+class spark;
+
+namespace detail {
+
+struct spark_base;
+
+// A capability's spark pool: a fixed-size ring of spark pointers.  It is
+// owner-private (Acar, Chargueraud and Rainey, PPoPP 2013): only the Task
+// running the capability pushes, pops and removes, with plain loads and
+// stores - no fence, no read-modify-write - and idle capabilities get sparks
+// by *asking* (request) instead of by stealing concurrently.  top/bottom are
+// atomics only so that thieves may read them as a size hint; the owner
+// writes them with relaxed load+store pairs, which compile to plain moves.
+// See Note [Spark pools] in rts/sparks/sparks.cpp.
+struct spark_pool {
+  std::atomic<std::uint64_t> top{0};     // next free index (owner end)
+  std::atomic<std::uint64_t> bottom{0};  // oldest index (the end idle capabilities get)
+  std::uint64_t mask = 0;                // capacity - 1
+  spark_base** slots = nullptr;          // null entries are removed sparks
+  std::atomic<void*> request{nullptr};   // a thief's steal request (its Capability)
+  void* cap = nullptr;                   // the owning rts::Capability
+  // Owner-written counters (relaxed stores), read by statistics.
+  std::atomic<std::uint64_t> created{0}, overflowed{0}, fizzled{0}, gcd{0};
+
+  std::uint64_t size() const {
+    return top.load(std::memory_order_relaxed) - bottom.load(std::memory_order_relaxed);
+  }
+};
+
+inline void bump(std::atomic<std::uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// The pool of the capability the calling OS thread runs, or null.  Read
+// only on paths that do not switch before using it (see Note [TLS across a
+// switch] in rts/task/task.hpp).
+extern constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec")));
+
+struct spark_base {
+  // pending: in a pool; taken: being run by its maker, inline; stolen: a
+  // spark thread runs (or will run) it; done: evaluated; unpooled: the pool
+  // was full (overflowed), get() runs it inline.
+  enum state_t : unsigned { pending, taken, stolen, done, unpooled };
+
+  void (*run)(spark_base*) noexcept = nullptr;  // evaluates into the result
+  std::atomic<unsigned> state{pending};
+  std::atomic<bool> lock{false};   // guards waiter once stolen (rts)
+  std::uint64_t index = 0;         // position in pool->slots (owner-only)
+  spark_pool* pool = nullptr;      // where it was pushed
+  void* waiter = nullptr;          // the maker, parked until a stolen spark is done
+};
+
+// Capabilities asleep in their idle loop; par() wakes one of them (Note
+// [Waking capabilities for sparks] in rts/sparks/sparks.cpp).
+extern std::atomic<unsigned> g_spark_sleepers;
+
+// Out-of-line halves (rts/sparks/sparks.cpp).
+spark_pool* spark_pool_or_throw();        // tl_spark_pool, or usage_error
+void spark_respond(spark_pool* p);        // answer a pending steal request
+void spark_force_slow(spark_base* s);     // get() when the fast path cannot
+void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark
+void spark_overflow(spark_pool* p) noexcept;
+void spark_wake_sleeper() noexcept;
+
+}  // namespace detail
+
+// spark<R>: the handle par() returns.  Not copyable or movable: it stays in
+// the frame that made it (the pool points at it).
+template <class R>
+class spark : detail::spark_base {
+  static constexpr std::size_t kInline = 48;
+  using value_type = std::conditional_t<std::is_void_v<R>, bool, R>;
+
+ public:
+  spark(const spark&) = delete;
+  spark& operator=(const spark&) = delete;
+
+  // get returns f's result, evaluating f here if no other capability has
+  // taken it, or waiting (parked, not spinning) for the one running it.
+  // Exactly one evaluation ever happens; f's exception is rethrown.
+  R get() {
+    detail::spark_pool* p = detail::tl_spark_pool;
+    if (pool == p && state.load(std::memory_order_relaxed) == pending &&
+        index + 1 == p->top.load(std::memory_order_relaxed)) [[likely]] {
+      // Our own spark on top of our own pool: pop it and run it (fizzled).
+      p->top.store(index, std::memory_order_relaxed);
+      detail::bump(p->fizzled);
+      state.store(taken, std::memory_order_relaxed);
+      run(this);
+      state.store(done, std::memory_order_relaxed);
+    } else if (state.load(std::memory_order_acquire) != done) {
+      detail::spark_force_slow(this);
+    }
+    if (error_) [[unlikely]] std::rethrow_exception(error_);
+    if constexpr (!std::is_void_v<R>) return std::move(*result_);
+  }
+
+  ~spark() {
+    if (state.load(std::memory_order_acquire) != done) [[unlikely]]
+      detail::spark_discard_slow(this);
+    if (destroy_) destroy_(closure_);
+    if (heap_) ::operator delete(closure_, std::align_val_t(alignof(std::max_align_t)));
+  }
+
+ private:
+  template <class F>
+  friend auto par(F&& f) -> spark<std::invoke_result_t<std::decay_t<F>&>>;
+
+  template <class F>
+  explicit spark(F&& f) {
+    using Fn = std::decay_t<F>;
+    if constexpr (sizeof(Fn) <= kInline && alignof(Fn) <= alignof(std::max_align_t)) {
+      closure_ = buf_;
+    } else {
+      closure_ = ::operator new(sizeof(Fn), std::align_val_t(alignof(std::max_align_t)));
+      heap_ = true;
+    }
+    ::new (closure_) Fn(std::forward<F>(f));
+    if constexpr (!std::is_trivially_destructible_v<Fn>)
+      destroy_ = [](void* c) noexcept { static_cast<Fn*>(c)->~Fn(); };
+    run = [](spark_base* b) noexcept {
+      auto* self = static_cast<spark*>(b);
+      try {
+        if constexpr (std::is_void_v<R>) {
+          (*static_cast<Fn*>(self->closure_))();
+          self->result_.emplace(true);
+        } else {
+          self->result_.emplace((*static_cast<Fn*>(self->closure_))());
+        }
+      } catch (...) {
+        self->error_ = std::current_exception();
+      }
+    };
+    push();
+  }
+
+  void push() {
+    detail::spark_pool* p = detail::tl_spark_pool;
+    if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
+    std::uint64_t t = p->top.load(std::memory_order_relaxed);
+    if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
+      state.store(unpooled, std::memory_order_relaxed);  // full: GHC drops the new spark
+      detail::spark_overflow(p);
+      return;
+    }
+    index = t;
+    pool = p;
+    p->slots[t & p->mask] = this;
+    p->top.store(t + 1, std::memory_order_relaxed);
+    detail::bump(p->created);
+    if (p->request.load(std::memory_order_relaxed)) [[unlikely]] detail::spark_respond(p);
+    if (detail::g_spark_sleepers.load(std::memory_order_relaxed)) [[unlikely]]
+      detail::spark_wake_sleeper();
+  }
+
+  void* closure_ = nullptr;
+  void (*destroy_)(void*) noexcept = nullptr;
+  bool heap_ = false;
+  std::exception_ptr error_;
+  std::optional<value_type> result_;
+  alignas(std::max_align_t) unsigned char buf_[kInline];
+};
+
+// par(f) sparks f: an idle capability may evaluate it in parallel; get()
+// evaluates it here otherwise.
+template <class F>
+auto par(F&& f) -> spark<std::invoke_result_t<std::decay_t<F>&>> {
+  return spark<std::invoke_result_t<std::decay_t<F>&>>(std::forward<F>(f));
+}
+
+}  // namespace capstan

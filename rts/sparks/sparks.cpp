@@ -1,0 +1,324 @@
+// sparks.cpp - spark pools, stealing by request, spark threads.
+//
+// Note [Spark pools]
+// ~~~~~~~~~~~~~~~~~~
+// GHC keeps each capability's sparks in a Chase-Lev deque: the owner pushes
+// and pops at one end, idle capabilities steal the oldest at the other with
+// a CAS.  The owner's pop then needs a store-load fence, and here a fence or
+// a locked instruction costs 2-10 ns - as much as the rest of a fine-grained
+// spark's life.  capstan's pool is owner-private instead (Acar, Chargueraud
+// and Rainey, "Scheduling parallel programs by work stealing with private
+// deques", PPoPP 2013): only the Task running the capability touches
+// slots/top/bottom, with plain loads and stores, so par() and a get() that
+// finds its own spark on top are a handful of instructions and no atomics.
+//
+// An idle capability does not steal; it *asks*: it CASes its own address
+// into the victim's `request` word and spins on its own `steal_box`.  The
+// owner polls `request` (one relaxed load) at its poll points - every par(),
+// every scheduling decision, every idle-loop turn - and answers with its
+// oldest spark, which it removes from its pool and marks stolen, or with
+// "none".  A thief that waits too long withdraws its request with a CAS; if
+// that CAS fails the owner has already taken the request and will answer,
+// so the thief waits for the answer.  Memory orderings:
+//  * request CAS (thief, acq_rel) / exchange (owner, acq_rel): exactly one
+//    of "owner answers" and "thief withdraws" wins.
+//  * steal_box store (owner, release) / load (thief, acquire): the spark's
+//    fields (closure, state = stolen) are visible to the thief.
+//  * completion: the spark thread stores state = done (release) under the
+//    spark's lock; the maker reads it with acquire, or waits under the lock
+//    (the maker parks holding the lock; it is released once the maker is
+//    off its stack - the same protocol as Note [Blocking on an MVar] - so
+//    the wake-up cannot be lost or come early).
+// Rejected: Chase-Lev (a fence per owner pop, measured above); a lock per
+// pool (a locked instruction per par); heartbeat promotion (Acar et al.,
+// PLDI 2018) - needs a timer interrupt to promote, which C++ cannot take at
+// arbitrary instructions; polling at par() gives the same effect here.
+//
+// Accounting, exactly as GHC's +RTS -s SPARKS line:
+//   created    pushed into a pool
+//   overflowed pool full at par(): dropped, get() runs it inline
+//   dud        already evaluated when sparked: a C++ closure never is, so 0
+//   converted  run by a spark thread (stolen, or taken from the own pool
+//              by the idle capability)
+//   fizzled    found evaluated: its maker's get() ran it itself first
+//   GC'd       discarded unevaluated (spark destroyed unforced, or left in
+//              a pool at shutdown)
+// created == converted + fizzled + GC'd + (still in pools), always; the
+// summary's total is created + overflowed + dud.
+#include "sparks.hpp"
+
+#include <chrono>
+#include <exception>
+#include <new>
+
+#include "../runtime.hpp"
+#include "../scheduler.hpp"
+#include "capstan/errors.hpp"
+
+namespace capstan::detail {
+constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec"))) = nullptr;
+std::atomic<unsigned> g_spark_sleepers{0};
+}
+
+namespace capstan::rts {
+
+using detail::spark_base;
+using detail::spark_pool;
+
+namespace {
+
+// "None" answer to a steal request, distinct from "not answered yet" (null).
+spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
+
+// How long a thief waits for an answer before withdrawing its request.
+constexpr std::int64_t kStealWaitNs = 50'000;
+
+std::int64_t clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Capability* cap_of(spark_pool* p) { return static_cast<Capability*>(p->cap); }
+
+// take_oldest removes the oldest live spark of p (owner only), marked stolen.
+spark_base* take_oldest(spark_pool* p) {
+  std::uint64_t b = p->bottom.load(std::memory_order_relaxed);
+  std::uint64_t t = p->top.load(std::memory_order_relaxed);
+  spark_base* s = nullptr;
+  while (b < t && !s) s = p->slots[b++ & p->mask];
+  p->bottom.store(b, std::memory_order_relaxed);
+  if (s) s->state.store(spark_base::stolen, std::memory_order_relaxed);
+  return s;
+}
+
+// remove removes a pending spark from its pool (owner only).
+void remove(spark_pool* p, spark_base* s) {
+  std::uint64_t t = p->top.load(std::memory_order_relaxed);
+  if (s->index + 1 == t) {
+    std::uint64_t b = p->bottom.load(std::memory_order_relaxed);
+    --t;
+    while (t > b && p->slots[(t - 1) & p->mask] == nullptr) --t;  // drop trailing holes
+    p->top.store(t, std::memory_order_relaxed);
+  } else {
+    p->slots[s->index & p->mask] = nullptr;  // a hole: skipped by take_oldest
+  }
+}
+
+void lock_spark(spark_base* s) {
+  while (s->lock.exchange(true, std::memory_order_acquire)) cpu_relax();
+}
+
+// complete publishes a stolen spark's result and wakes its maker if it waits.
+void complete(spark_base* s) {
+  lock_spark(s);
+  s->state.store(spark_base::done, std::memory_order_release);
+  auto* waiter = static_cast<Thread*>(s->waiter);
+  s->waiter = nullptr;
+  s->lock.store(false, std::memory_order_release);
+  // After the unlock we touch only the waiter: the spark may be gone.
+  if (waiter) wake_home(waiter);  // back where its other sparks are
+}
+
+// wait_stolen parks the calling maker until the spark thread completes s.
+void wait_stolen(spark_base* s) {
+  lock_spark(s);
+  if (s->state.load(std::memory_order_acquire) == spark_base::done) {
+    s->lock.store(false, std::memory_order_release);
+    return;
+  }
+  Task* task = my_task();
+  Thread* cur = task->cap->current;
+  s->waiter = cur;
+  cur->why = WhyBlocked::on_spark;
+  park_current(task, cur, &s->lock);  // unlocked once we are off our stack
+  // complete() stored done (release) before it could wake us.
+}
+
+// ask sends a steal request to victim v and waits for the answer.
+spark_base* ask(Capability* me, Capability* v) {
+  me->steal_box.store(nullptr, std::memory_order_relaxed);
+  void* expected = nullptr;
+  if (!v->sparks.request.compare_exchange_strong(expected, me, std::memory_order_acq_rel,
+                                                 std::memory_order_relaxed))
+    return nullptr;  // someone else is asking v
+  me->steal_attempts.add();
+  std::int64_t deadline = clock_ns() + kStealWaitNs;
+  for (unsigned i = 1;; ++i) {
+    spark_base* s = me->steal_box.load(std::memory_order_acquire);
+    if (s) return s == kNoSpark ? nullptr : s;
+    poll_spark_requests(me);  // two thieves asking each other must not stall
+    if ((i & 63) == 0 && (clock_ns() > deadline || me->inbox.maybe_nonempty())) {
+      expected = me;
+      if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed))
+        return nullptr;  // withdrawn before the owner saw it
+      // The owner took the request: its answer is on the way.
+      while (!(s = me->steal_box.load(std::memory_order_acquire))) cpu_relax();
+      return s == kNoSpark ? nullptr : s;
+    }
+    cpu_relax();
+  }
+}
+
+struct SparkThreadClosure {
+  spark_base* first;
+};
+
+void spark_thread_invoke(void* p) {
+  spark_base* s = static_cast<SparkThreadClosure*>(p)->first;
+  while (s) {
+    my_task()->cap->sparks_converted.add();
+    s->run(s);  // catches the closure's exceptions into the spark
+    complete(s);
+    if (rt.shutting_down.load(std::memory_order_relaxed)) return;
+    s = find_spark(my_task()->cap);
+  }
+}
+void spark_thread_destroy(void*) noexcept {}
+constexpr detail::closure_ops kSparkThreadOps{&spark_thread_invoke, &spark_thread_destroy};
+
+}  // namespace
+
+void spark_pool_init(Capability* cap, std::size_t capacity) {
+  std::size_t n = 1;
+  while (n < capacity) n <<= 1;
+  spark_pool& p = cap->sparks;
+  p.slots = new spark_base*[n]();
+  p.mask = n - 1;
+  p.top.store(0);
+  p.bottom.store(0);
+  p.request.store(nullptr);
+  p.cap = cap;
+}
+
+void spark_pool_release(Capability* cap) noexcept {
+  spark_pool& p = cap->sparks;
+  // Sparks left behind (their makers were abandoned) never run: GC'd.
+  for (std::uint64_t i = p.bottom.load(); i < p.top.load(); ++i)
+    if (p.slots[i & p.mask]) detail::bump(p.gcd);
+  delete[] p.slots;
+  p.slots = nullptr;
+}
+
+spark_base* find_spark(Capability* cap) {
+  if (rt.shutting_down.load(std::memory_order_relaxed)) return nullptr;
+  if (spark_base* s = take_oldest(&cap->sparks)) return s;
+  if (rt.n_caps == 1) return nullptr;
+  // Random victim order (CMU report: fixed orders pile thieves onto the
+  // same victim); only victims whose pool looks non-empty are asked.
+  cap->steal_seed = cap->steal_seed * 6364136223846793005ull + 1442695040888963407ull;
+  unsigned start = static_cast<unsigned>(cap->steal_seed >> 33) % rt.n_caps;
+  for (unsigned i = 0; i < rt.n_caps; ++i) {
+    Capability* v = rt.caps[(start + i) % rt.n_caps];
+    if (v == cap || v->sparks.size() == 0) continue;
+    if (spark_base* s = ask(cap, v)) {
+      cap->steals.add();
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+void start_spark_thread(Capability* cap, spark_base* first) {
+  SparkThreadClosure c{first};
+  create_system_thread(cap, &kSparkThreadOps, &c, sizeof c, /*bound=*/false, /*locked=*/false);
+}
+
+// Note [Waking capabilities for sparks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A spark made while some capability sleeps wakes exactly one sleeper - the
+// first whose spark_wake flag it manages to set - and only if none is
+// already on its way (a set flag), so a burst of par() wakes one capability,
+// not a herd.  The woken capability clears its flag when it leaves idle();
+// if it finds more sparks than it can run, its own par() calls and the next
+// pushes wake the next sleeper.  Parker::unpark is sticky, so a sleeper that
+// has not reached its futex yet still wakes.
+void spark_wake_one() noexcept {
+  for (Capability* c : rt.caps) {
+    if (!c->sleeping.load(std::memory_order_relaxed)) continue;
+    bool expected = false;
+    if (c->spark_wake.load(std::memory_order_relaxed)) return;  // one is on its way
+    if (c->spark_wake.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
+      c->running_task->parker.unpark();
+      return;
+    }
+  }
+}
+
+}  // namespace capstan::rts
+
+namespace capstan::detail {
+
+using namespace capstan::rts;
+
+spark_pool* spark_pool_or_throw() {
+  if (spark_pool* p = tl_spark_pool) return p;
+  throw usage_error(
+      "capstan::par: called from an OS thread that is not running a green thread; call it "
+      "from inside capstan::run (the main function or a thread it forked)");
+}
+
+void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
+
+void spark_wake_sleeper() noexcept { spark_wake_one(); }
+
+void spark_respond(spark_pool* p) {
+  void* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
+  if (!r) return;  // withdrawn
+  auto* thief = static_cast<Capability*>(r);
+  spark_base* s = take_oldest(p);
+  thief->steal_box.store(s ? s : kNoSpark, std::memory_order_release);
+}
+
+void spark_force_slow(spark_base* s) {
+  for (;;) {
+    unsigned st = s->state.load(std::memory_order_acquire);
+    if (st == spark_base::done) return;
+    if (st == spark_base::stolen) {
+      wait_stolen(s);
+      return;
+    }
+    Task* task = require_green_thread("capstan::spark::get");
+    if (st == spark_base::unpooled) {  // overflowed: never in a pool
+      s->state.store(spark_base::taken, std::memory_order_relaxed);
+      s->run(s);
+      s->state.store(spark_base::done, std::memory_order_relaxed);
+      return;
+    }
+    // pending: only the pool's owner may take it out.
+    if (cap_of(s->pool) != task->cap) {
+      migrate_current_to(cap_of(s->pool));  // Note [Migrating to a spark's capability]
+      continue;
+    }
+    remove(s->pool, s);
+    bump(s->pool->fizzled);
+    s->state.store(spark_base::taken, std::memory_order_relaxed);
+    s->run(s);
+    s->state.store(spark_base::done, std::memory_order_relaxed);
+    return;
+  }
+}
+
+void spark_discard_slow(spark_base* s) noexcept {
+  for (;;) {
+    unsigned st = s->state.load(std::memory_order_acquire);
+    if (st == spark_base::done || st == spark_base::unpooled) return;
+    if (st == spark_base::stolen) {  // running elsewhere, on our captures: wait
+      wait_stolen(s);
+      return;
+    }
+    Task* task = my_task();
+    if (!task || !task->cap) return;  // runtime gone: the pool went with it
+    if (cap_of(s->pool) != task->cap) {
+      migrate_current_to(cap_of(s->pool));
+      continue;
+    }
+    remove(s->pool, s);
+    bump(s->pool->gcd);
+    s->state.store(spark_base::done, std::memory_order_relaxed);
+    return;
+  }
+}
+
+}  // namespace capstan::detail
