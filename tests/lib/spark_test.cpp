@@ -1,0 +1,167 @@
+// spark_test.cpp - par/get semantics, GHC's spark accounting, overflow,
+// exceptions, waiting for a spark another capability runs, and shutdown.
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "../capstan_test.hpp"
+
+namespace {
+
+using capstan_test::WithCaps;
+
+class Sparks : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(Sparks);
+
+long sfib(int n) { return n < 2 ? n : sfib(n - 1) + sfib(n - 2); }
+long pfib(int n, std::atomic<long>* runs) {
+  if (n < 10) return sfib(n);
+  auto a = capstan::par([=] {
+    runs->fetch_add(1, std::memory_order_relaxed);
+    return pfib(n - 1, runs);
+  });
+  long b = pfib(n - 2, runs);
+  return a.get() + b;
+}
+
+TEST_P(Sparks, ParfibIsRightAndEverySparkRunsExactlyOnce) {
+  std::atomic<long> runs{0};
+  long r = run([&] { return pfib(25, &runs); });
+  EXPECT_EQ(r, sfib(25));
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(static_cast<std::uint64_t>(runs.load()), s.created + s.overflowed) << "a spark ran twice or never";
+  EXPECT_EQ(s.created, s.converted + s.fizzled + s.gcd) << "SPARKS categories do not add up";
+  EXPECT_EQ(s.gcd, 0u);
+  EXPECT_EQ(s.dud, 0u);
+  if (caps() == 1) {
+    EXPECT_EQ(s.converted, 0u) << "nobody idle, yet sparks converted";
+  }
+}
+
+TEST_P(Sparks, VoidSparksAndOutOfOrderGets) {
+  std::vector<int> done(5, 0);
+  run([&] {
+    auto a = capstan::par([&] { done[0] = 1; });
+    auto b = capstan::par([&] { done[1] = 1; });
+    auto c = capstan::par([&] { return done[2] = 1; });
+    a.get();  // not on top of the pool: removed from the middle
+    EXPECT_EQ(c.get(), 1);
+    b.get();
+  });
+  EXPECT_EQ(done[0] + done[1] + done[2], 3);
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, s.converted + s.fizzled + s.gcd);
+}
+
+TEST_P(Sparks, ExceptionsAreRethrownByGet) {
+  run([&] {
+    for (int i = 0; i < 200; ++i) {
+      auto s = capstan::par([i]() -> int { throw std::runtime_error("spark " + std::to_string(i)); });
+      try {
+        s.get();
+        ADD_FAILURE() << "no exception";
+      } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()), "spark " + std::to_string(i));
+      }
+    }
+  });
+}
+
+TEST_P(Sparks, DestroyingAnUnforcedSparkNeverRunsIt) {
+  std::atomic<int> ran{0};
+  run([&] {
+    for (int i = 0; i < 100; ++i) {
+      auto s = capstan::par([&] { ran.fetch_add(1); });
+      // dropped unforced: either discarded (GC'd) or, if an idle capability
+      // already took it, waited for before the frame goes
+    }
+  });
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, 100u);
+  EXPECT_EQ(static_cast<std::uint64_t>(ran.load()), s.converted) << "a discarded spark ran";
+  EXPECT_EQ(s.gcd + s.converted, 100u);
+  if (caps() == 1) {
+    EXPECT_EQ(s.gcd, 100u);
+  }
+}
+
+TEST(SparkPool, AFullPoolOverflowsAndGetRunsTheSparkInline) {
+  capstan::options o = capstan_test::opts(1);
+  o.spark_pool_size = 4;
+  int sum = 0;
+  capstan::run(o, [&] {
+    auto s0 = capstan::par([] { return 1; });
+    auto s1 = capstan::par([] { return 2; });
+    auto s2 = capstan::par([] { return 3; });
+    auto s3 = capstan::par([] { return 4; });
+    auto s4 = capstan::par([] { return 5; });  // pool full
+    auto s5 = capstan::par([] { return 6; });  // pool full
+    sum = s5.get() + s4.get() + s3.get() + s2.get() + s1.get() + s0.get();
+  });
+  EXPECT_EQ(sum, 21);
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, 4u);
+  EXPECT_EQ(s.overflowed, 2u);
+  EXPECT_EQ(s.fizzled, 4u);
+  EXPECT_EQ(s.total(), 6u);
+}
+
+// The maker blocks (parks, not spins) in get() while another capability
+// runs its spark; other threads on the maker's capability keep running.
+TEST(SparkSteal, GetWaitsForASparkRunningElsewhere) {
+  std::atomic<bool> started{false};
+  std::atomic<int> evaluations{0};
+  int got = 0;
+  bool helper_ran_while_blocked = false;
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> go;
+    auto s = capstan::par([&] {
+      evaluations.fetch_add(1);
+      started = true;
+      return go.take() + 1;  // blocks the spark thread on capability 1
+    });
+    while (!started.load()) capstan::yield();  // a poll point: answer the steal request
+    EXPECT_NE(capstan::current_capability(), 1u);
+    capstan::fork_on(0, [&] {
+      helper_ran_while_blocked = true;  // runs only if main parked
+      go.put(41);
+    });
+    got = s.get();
+  });
+  EXPECT_EQ(got, 42);
+  EXPECT_EQ(evaluations.load(), 1);
+  EXPECT_TRUE(helper_ran_while_blocked);
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.converted, 1u);
+  EXPECT_EQ(s.created, 1u);
+  EXPECT_GE(capstan::statistics().capabilities[1].steals, 1u);
+}
+
+TEST(SparkShutdown, SparksLeftInPoolsAreCountedGcdAndNeverRun) {
+  std::atomic<int> ran{0};
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::fork_io([&] {
+      auto a = capstan::par([&] { ran.fetch_add(1); });
+      auto b = capstan::par([&] { ran.fetch_add(1); });
+      capstan::mvar<int> never;
+      never.take();  // killed at shutdown: a and b are discarded as we unwind
+    });
+    capstan::yield();
+  });
+  EXPECT_EQ(ran.load(), 0);
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, 2u);
+  EXPECT_EQ(s.gcd, 2u);
+}
+
+TEST(SparkErrors, ParOutsideRunIsAClearError) {
+  try {
+    auto s = capstan::par([] { return 1; });
+    FAIL() << "par outside run returned";
+  } catch (const capstan::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capstan::par"), std::string::npos);
+  }
+}
+
+}  // namespace
