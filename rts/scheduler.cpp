@@ -719,13 +719,14 @@ void wake(Thread* t) noexcept {
 void wake_home(Thread* t) noexcept {
   t->state = ThreadState::runnable;
   t->why = WhyBlocked::not_blocked;
+  Capability* home = t->cap;  // read before the push: t may run at once after it
   Task* task = my_task_before_switch();
-  if (task && task->cap == t->cap) {
-    t->cap->run_queue.push_back(t);
+  if (task && task->cap == home) {
+    home->run_queue.push_back(t);
     return;
   }
-  t->cap->inbox.push(t);
-  notify_capability(t->cap);
+  home->inbox.push(t);
+  notify_capability(home);
 }
 
 void notify_capability(Capability* cap) noexcept {

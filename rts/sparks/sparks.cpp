@@ -34,6 +34,8 @@
 // PLDI 2018) - needs a timer interrupt to promote, which C++ cannot take at
 // arbitrary instructions; polling at par() gives the same effect here.
 //
+// The hand-over of a finished stolen spark: Note [Completing a stolen spark].
+//
 // Accounting, exactly as GHC's +RTS -s SPARKS line:
 //   created    pushed into a pool
 //   overflowed pool full at par(): dropped, get() runs it inline
@@ -109,30 +111,47 @@ void lock_spark(spark_base* s) {
   while (s->lock.exchange(true, std::memory_order_acquire)) cpu_relax();
 }
 
+// Note [Completing a stolen spark]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The maker may read `done` without any lock (get()'s and ~spark's quick
+// check) and then free the spark at once, so the thief's store of `done` must
+// be its last touch of the spark - unless the maker is waiting, in which case
+// the maker cannot run until the thief wakes it.  The state word says which:
+//   maker:  lock; waiter = me; CAS stolen -> stolen_waiting; park, and the
+//           lock is released once the maker is off its stack (as for MVars);
+//           if the CAS fails the spark is done: unlock and go on.
+//   thief:  prev = exchange(done) (acq_rel).  prev == stolen: nobody waits,
+//           and the spark is never touched again.  prev == stolen_waiting:
+//           read waiter, take the lock (it is free once the maker is off
+//           its stack: no early wake-up), release it, wake the maker.
+// The exchange and the CAS are ordered on the same word, so exactly one of
+// "the thief sees a waiter" and "the maker sees done" happens.
+constexpr unsigned kStolenWaiting = 5;
+
 // complete publishes a stolen spark's result and wakes its maker if it waits.
 void complete(spark_base* s) {
-  lock_spark(s);
-  s->state.store(spark_base::done, std::memory_order_release);
+  unsigned prev = s->state.exchange(spark_base::done, std::memory_order_acq_rel);
+  if (prev != kStolenWaiting) return;  // the spark may be gone already
   auto* waiter = static_cast<Thread*>(s->waiter);
-  s->waiter = nullptr;
+  lock_spark(s);  // free once the maker has parked
   s->lock.store(false, std::memory_order_release);
-  // After the unlock we touch only the waiter: the spark may be gone.
-  if (waiter) wake_home(waiter);  // back where its other sparks are
+  wake_home(waiter);  // back where its other sparks are
 }
 
 // wait_stolen parks the calling maker until the spark thread completes s.
 void wait_stolen(spark_base* s) {
-  lock_spark(s);
-  if (s->state.load(std::memory_order_acquire) == spark_base::done) {
-    s->lock.store(false, std::memory_order_release);
-    return;
-  }
   Task* task = my_task();
   Thread* cur = task->cap->current;
+  lock_spark(s);
   s->waiter = cur;
+  unsigned expected = spark_base::stolen;
+  if (!s->state.compare_exchange_strong(expected, kStolenWaiting, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+    s->lock.store(false, std::memory_order_release);  // already done
+    return;
+  }
   cur->why = WhyBlocked::on_spark;
   park_current(task, cur, &s->lock);  // unlocked once we are off our stack
-  // complete() stored done (release) before it could wake us.
 }
 
 // ask sends a steal request to victim v and waits for the answer.
