@@ -39,6 +39,8 @@ build() {  # build DIR [meson options]
 build build
 run_suite build unit
 run_suite build stress
+extra_passed=0 extra_failed=0
+if scripts/install_check.sh build; then extra_passed=1; else extra_failed=1; status=1; fi
 
 # Sanitizer builds of the concurrency tests (every stack switch is annotated).
 export ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:abort_on_error=1
@@ -55,10 +57,10 @@ else
   run_suite build-tsan concurrency
 fi
 
-python3 - "${logs[@]}" <<'PY'
+python3 - "$extra_passed" "$extra_failed" "${logs[@]}" <<'PY'
 import json, sys
-passed = failed = 0
-for path in sys.argv[1:]:
+passed, failed = int(sys.argv[1]), int(sys.argv[2])
+for path in sys.argv[3:]:
     with open(path) as f:
         for line in f:
             r = json.loads(line)
