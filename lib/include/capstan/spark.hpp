@@ -72,9 +72,9 @@ struct spark_base {
   void (*run)(spark_base*) noexcept = nullptr;  // evaluates into the result
   std::atomic<unsigned> state{pending};
   std::atomic<bool> lock{false};   // guards waiter once stolen (rts)
-  std::uint64_t index = 0;         // position in pool->slots (owner-only)
-  spark_pool* pool = nullptr;      // where it was pushed
-  void* waiter = nullptr;          // the maker, parked until a stolen spark is done
+  std::uint64_t index;             // position in pool->slots (owner-only; set by push)
+  spark_pool* pool;                // where it was pushed, null if unpooled (set by push)
+  void* waiter;                    // the maker parked on a stolen spark (set before use)
 };
 
 // Capabilities asleep in their idle loop; par() wakes one of them (Note
@@ -110,9 +110,9 @@ class spark : detail::spark_base {
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
         index + 1 == p->top.load(std::memory_order_relaxed)) [[likely]] {
       // Our own spark on top of our own pool: pop it and run it (fizzled).
+      // Once out of the pool nobody else can see it: no `taken` store needed.
       p->top.store(index, std::memory_order_relaxed);
       detail::bump(p->fizzled);
-      state.store(taken, std::memory_order_relaxed);
       run(this);
       state.store(done, std::memory_order_relaxed);
     } else if (state.load(std::memory_order_acquire) != done) {
@@ -166,6 +166,7 @@ class spark : detail::spark_base {
     if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
     std::uint64_t t = p->top.load(std::memory_order_relaxed);
     if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
+      pool = nullptr;
       state.store(unpooled, std::memory_order_relaxed);  // full: GHC drops the new spark
       detail::spark_overflow(p);
       return;
