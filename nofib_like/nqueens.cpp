@@ -55,9 +55,9 @@ int main(int argc, char** argv) {
     return r;
   });
   auto sp = capstan::statistics().sparks;
-  const std::map<int, long long> known{{1, 1},    {4, 2},     {5, 10},     {6, 4},    {7, 40},
-                                       {8, 92},   {9, 352},   {10, 724},   {11, 2680},
-                                       {12, 14200}, {13, 73712}, {14, 365596}};
+  const std::map<int, long long> known{{1, 1},       {4, 2},       {5, 10},     {6, 4},
+                                       {7, 40},      {8, 92},      {9, 352},    {10, 724},
+                                       {11, 2680},   {12, 14200},  {13, 73712}, {14, 365596}};
   auto it = known.find(n);
   // Sizes without a tabulated count are checked against the sequential search.
   long long want = it != known.end() ? it->second : seq_count(n, 0, 0, 0, 0);

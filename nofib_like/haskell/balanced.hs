@@ -1,3 +1,7 @@
+{-# OPTIONS_GHC -feager-blackholing #-}
+-- Eager blackholing: a spark and its maker never both evaluate the same
+-- thunk (GHC user guide, "parallel Haskell"), the fair twin of capstan's
+-- exactly-once sparks.
 {-# LANGUAGE BangPatterns #-}
 -- balanced: one origin thread sparks n independent tasks of equal cost (a
 -- dependent 64-bit LCG chain, ~100 us each), then forces them in order.

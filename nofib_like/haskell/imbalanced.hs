@@ -1,3 +1,7 @@
+{-# OPTIONS_GHC -feager-blackholing #-}
+-- Eager blackholing: a spark and its maker never both evaluate the same
+-- thunk (GHC user guide, "parallel Haskell"), the fair twin of capstan's
+-- exactly-once sparks.
 {-# LANGUAGE BangPatterns #-}
 -- imbalanced: one origin thread sparks n independent tasks (a dependent
 -- 64-bit LCG chain, ~100 us each, but every 10th is 10x heavier), then

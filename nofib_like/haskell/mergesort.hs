@@ -1,3 +1,7 @@
+{-# OPTIONS_GHC -feager-blackholing #-}
+-- Eager blackholing: a spark and its maker never both evaluate the same
+-- thunk (GHC user guide, "parallel Haskell"), the fair twin of capstan's
+-- exactly-once sparks.
 {-# LANGUAGE BangPatterns #-}
 -- mergesort: sort n pseudo-random 32-bit ints (fixed seed, the same 64-bit
 -- LCG as the C++ program).  Unboxed immutable arrays: above the cutoff the

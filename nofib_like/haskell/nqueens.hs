@@ -1,3 +1,7 @@
+{-# OPTIONS_GHC -feager-blackholing #-}
+-- Eager blackholing: a spark and its maker never both evaluate the same
+-- thunk (GHC user guide, "parallel Haskell"), the fair twin of capstan's
+-- exactly-once sparks.
 {-# LANGUAGE BangPatterns #-}
 -- nqueens: count all solutions of the n-queens problem (bitmask search).
 -- Every candidate placement in the first d rows is a spark; below row d the

@@ -1,3 +1,7 @@
+{-# OPTIONS_GHC -feager-blackholing #-}
+-- Eager blackholing: a spark and its maker never both evaluate the same
+-- thunk (GHC user guide, "parallel Haskell"), the fair twin of capstan's
+-- exactly-once sparks.
 {-# LANGUAGE BangPatterns #-}
 -- parfib: naive Fibonacci with one spark per call above a threshold t
 -- (nofib/parallel/parfib): below t (and below 2) plain sequential fib, so

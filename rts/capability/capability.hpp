@@ -67,6 +67,13 @@ struct alignas(64) Capability {
   std::atomic<detail::spark_base*> steal_box{nullptr};  // [atomic] a victim's answer to our request
   std::atomic<bool> spark_wake{false};         // [atomic] woken to look for sparks
   std::uint64_t steal_seed = 0;                // [owner] victim order
+  // A victim answers with up to kStealBatch sparks: the first in steal_box,
+  // the rest here (written before steal_box's release store).
+  static constexpr unsigned kStealBatch = 8;
+  detail::spark_base* steal_batch[kStealBatch] = {};  // [victim writes, then thief owns]
+  unsigned steal_batch_n = 0;
+  detail::spark_base* backlog[kStealBatch] = {};      // [owner] stolen, not yet run
+  unsigned backlog_n = 0;                             // [owner]
 
   // All live threads whose home is this capability (for shutdown).
   SpinLock all_lock;

@@ -15,9 +15,11 @@
 // An idle capability does not steal; it *asks*: it CASes its own address
 // into the victim's `request` word and spins on its own `steal_box`.  The
 // owner polls `request` (one relaxed load) at its poll points - every par(),
-// every scheduling decision, every idle-loop turn - and answers with its
-// oldest spark, which it removes from its pool and marks stolen, or with
-// "none".  A thief that waits too long withdraws its request with a CAS; if
+// every scheduling decision, every slow get(), between a spark thread's
+// sparks, every idle-loop turn - and answers with its oldest spark plus up
+// to a quarter of the rest (a batch: the thief keeps the extra ones in its
+// private backlog), which it removes from its pool and marks stolen, or
+// with "none".  A thief that waits too long withdraws its request with a CAS; if
 // that CAS fails the owner has already taken the request and will answer,
 // so the thief waits for the answer.  Memory orderings:
 //  * request CAS (thief, acq_rel) / exchange (owner, acq_rel): exactly one
@@ -72,8 +74,12 @@ namespace {
 // "None" answer to a steal request, distinct from "not answered yet" (null).
 spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
 
-// How long a thief waits for an answer before withdrawing its request.
-constexpr std::int64_t kStealWaitNs = 50'000;
+// How long a thief waits for an answer before withdrawing its request.  The
+// owner answers at its next poll point (a par(), a scheduling decision), so
+// this bounds how long a sequential stretch between pars may be and still
+// be split: a thief has nothing better to do meanwhile, and it gives up at
+// once if work arrives in its inbox.
+constexpr std::int64_t kStealWaitNs = 2'000'000;
 
 std::int64_t clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -154,6 +160,20 @@ void wait_stolen(spark_base* s) {
   park_current(task, cur, &s->lock);  // unlocked once we are off our stack
 }
 
+// take_batch keeps the extra sparks of an answer in our backlog.
+spark_base* take_batch(Capability* me, spark_base* first) {
+  for (unsigned i = 0; i < me->steal_batch_n; ++i) me->backlog[me->backlog_n++] = me->steal_batch[i];
+  me->steal_batch_n = 0;
+  return first;
+}
+
+// cancel settles a stolen spark that will never run (shutdown).
+void cancel(Capability* cap, spark_base* s) {
+  s->cancelled = true;
+  detail::bump(cap->sparks.gcd);
+  complete(s);
+}
+
 // ask sends a steal request to victim v and waits for the answer.
 spark_base* ask(Capability* me, Capability* v) {
   me->steal_box.store(nullptr, std::memory_order_relaxed);
@@ -165,7 +185,7 @@ spark_base* ask(Capability* me, Capability* v) {
   std::int64_t deadline = clock_ns() + kStealWaitNs;
   for (unsigned i = 1;; ++i) {
     spark_base* s = me->steal_box.load(std::memory_order_acquire);
-    if (s) return s == kNoSpark ? nullptr : s;
+    if (s) return s == kNoSpark ? nullptr : take_batch(me, s);
     poll_spark_requests(me);  // two thieves asking each other must not stall
     if ((i & 63) == 0 && (clock_ns() > deadline || me->inbox.maybe_nonempty())) {
       expected = me;
@@ -174,7 +194,7 @@ spark_base* ask(Capability* me, Capability* v) {
         return nullptr;  // withdrawn before the owner saw it
       // The owner took the request: its answer is on the way.
       while (!(s = me->steal_box.load(std::memory_order_acquire))) cpu_relax();
-      return s == kNoSpark ? nullptr : s;
+      return s == kNoSpark ? nullptr : take_batch(me, s);
     }
     cpu_relax();
   }
@@ -187,11 +207,26 @@ struct SparkThreadClosure {
 void spark_thread_invoke(void* p) {
   spark_base* s = static_cast<SparkThreadClosure*>(p)->first;
   while (s) {
+    if (rt.shutting_down.load(std::memory_order_relaxed)) {
+      // Nothing runs after shutdown: settle what we hold, unrun.
+      Capability* cap = my_task()->cap;
+      cancel(cap, s);
+      while (cap->backlog_n) cancel(cap, cap->backlog[--cap->backlog_n]);
+      return;
+    }
     my_task()->cap->sparks_converted.add();
     s->run(s);  // catches the closure's exceptions into the spark
     complete(s);
-    if (rt.shutting_down.load(std::memory_order_relaxed)) return;
-    s = find_spark(my_task()->cap);
+    Capability* cap = my_task()->cap;
+    poll_spark_requests(cap);  // thieves get our oldest sparks between runs
+    // Sparks are speculative: ordinary threads come first (GHC's findSpark
+    // finds nothing while the run queue is non-empty).  A maker woken by
+    // this spark, say, runs before we take the next one.
+    if (!cap->run_queue.empty() || cap->inbox.maybe_nonempty()) {
+      yield_current();
+      cap = my_task()->cap;
+    }
+    s = find_spark(cap);
   }
 }
 void spark_thread_destroy(void*) noexcept {}
@@ -221,6 +256,7 @@ void spark_pool_release(Capability* cap) noexcept {
 }
 
 spark_base* find_spark(Capability* cap) {
+  if (cap->backlog_n) return cap->backlog[--cap->backlog_n];  // ours already (stolen)
   if (rt.shutting_down.load(std::memory_order_relaxed)) return nullptr;
   if (spark_base* s = take_oldest(&cap->sparks)) return s;
   if (rt.n_caps == 1) return nullptr;
@@ -286,9 +322,24 @@ void spark_respond(spark_pool* p) {
   void* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
   if (!r) return;  // withdrawn
   auto* thief = static_cast<Capability*>(r);
-  spark_base* s = take_oldest(p);
-  thief->steal_box.store(s ? s : kNoSpark, std::memory_order_release);
+  // Answer with the oldest spark, plus up to a quarter of the rest (at most
+  // kStealBatch in all): one round trip per spark would leave a thief idle
+  // while we run a long spark between two poll points.
+  spark_base* first = take_oldest(p);
+  unsigned n = 0;
+  if (first) {
+    std::uint64_t more = p->size() / 4;
+    while (n < more && n < Capability::kStealBatch - 1) {
+      spark_base* s = take_oldest(p);
+      if (!s) break;
+      thief->steal_batch[n++] = s;
+    }
+  }
+  thief->steal_batch_n = n;
+  thief->steal_box.store(first ? first : kNoSpark, std::memory_order_release);
 }
+
+void spark_cancelled() { throw thread_killed{}; }
 
 void spark_force_slow(spark_base* s) {
   for (;;) {
@@ -310,6 +361,8 @@ void spark_force_slow(spark_base* s) {
       migrate_current_to(cap_of(s->pool));  // Note [Migrating to a spark's capability]
       continue;
     }
+    poll_spark_requests(task->cap);  // a poll point: a thief may want the rest
+    if (s->state.load(std::memory_order_relaxed) != spark_base::pending) continue;
     remove(s->pool, s);
     bump(s->pool->fizzled);
     s->state.store(spark_base::taken, std::memory_order_relaxed);

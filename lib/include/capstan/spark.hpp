@@ -75,6 +75,7 @@ struct spark_base {
   std::uint64_t index;             // position in pool->slots (owner-only; set by push)
   spark_pool* pool;                // where it was pushed, null if unpooled (set by push)
   void* waiter;                    // the maker parked on a stolen spark (set before use)
+  bool cancelled = false;          // stolen but never run: shutdown came first
 };
 
 // Capabilities asleep in their idle loop; par() wakes one of them (Note
@@ -88,6 +89,7 @@ void spark_force_slow(spark_base* s);     // get() when the fast path cannot
 void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark
 void spark_overflow(spark_pool* p) noexcept;
 void spark_wake_sleeper() noexcept;
+[[noreturn]] void spark_cancelled();       // throws thread_killed
 
 }  // namespace detail
 
@@ -118,6 +120,7 @@ class spark : detail::spark_base {
     } else if (state.load(std::memory_order_acquire) != done) {
       detail::spark_force_slow(this);
     }
+    if (cancelled) [[unlikely]] detail::spark_cancelled();
     if (error_) [[unlikely]] std::rethrow_exception(error_);
     if constexpr (!std::is_void_v<R>) return std::move(*result_);
   }
