@@ -38,10 +38,15 @@ void mvar_core::park(waiter& w) {
     rts::check_killed(cur);  // Note [Shutdown checkpoints]: does not return
   }
   w.thread = cur;
-  cur->wait_lock.lock();
-  cur->blocked_on = this;
-  cur->waiter = &w;
-  cur->wait_lock.unlock();
+  if (rts::rt.waits_need_lock.load(std::memory_order_relaxed)) [[unlikely]] {
+    cur->wait_lock.lock();  // Note [Killing a blocked thread]
+    cur->blocked_on = this;
+    cur->waiter = &w;
+    cur->wait_lock.unlock();
+  } else {
+    cur->blocked_on = this;
+    cur->waiter = &w;
+  }
   rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
   switch (w.outcome) {
     case waiter::served: return;
@@ -53,10 +58,16 @@ void mvar_core::park(waiter& w) {
 void* mvar_core::serve(waiter& w) noexcept {
   remove(w);
   auto* t = static_cast<Thread*>(w.thread);
-  t->wait_lock.lock();
-  t->blocked_on = nullptr;
-  t->waiter = nullptr;
-  t->wait_lock.unlock();
+  if (rts::rt.waits_need_lock.load(std::memory_order_relaxed) ||
+      rts::my_task_before_switch() == nullptr) [[unlikely]] {
+    t->wait_lock.lock();  // Note [Killing a blocked thread]
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+    t->wait_lock.unlock();
+  } else {
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+  }
   w.outcome = waiter::served;  // last touch of w
   return t;
 }

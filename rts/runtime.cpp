@@ -24,7 +24,10 @@
 // other way to run destructors than unwinding, hence thread_killed.
 #include "runtime.hpp"
 
+#include <linux/membarrier.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -33,6 +36,7 @@
 #include <string>
 
 #include "capstan/errors.hpp"
+#include "capstan/thread.hpp"
 #include "sanitizer.hpp"
 #include "scheduler.hpp"
 #include "sparks/sparks.hpp"
@@ -88,8 +92,27 @@ void report_abandoned() {
                  n > 10 ? " ..." : "");
 }
 
+// Turns on Thread::wait_lock for every blocker and waker, and waits until
+// nobody can still be skipping it.  Note [Killing a blocked thread].
+void require_wait_locks() {
+  rt.waits_need_lock.store(true, std::memory_order_seq_cst);
+  if (!rt.membarrier_ok) return;  // the lock was never skipped
+  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  std::vector<std::uint64_t> seen;
+  for (Capability* c : rt.caps) seen.push_back(c->sched_epoch.load(std::memory_order_acquire));
+  for (std::size_t i = 1; i < rt.caps.size(); ++i) {  // capability 0 is us
+    Capability* c = rt.caps[i];
+    while (c->sched_epoch.load(std::memory_order_acquire) == seen[i] &&
+           !c->idle.load(std::memory_order_acquire)) {
+      interrupt_capability(c);
+      capstan::yield();
+    }
+  }
+}
+
 void shutdown_protocol() {
   rt.shutting_down.store(true, std::memory_order_seq_cst);
+  require_wait_locks();
   sample_peaks();
   for (Capability* c : rt.caps) {
     interrupt_capability(c);
@@ -249,6 +272,11 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   rt.switch_every_safe_point = o.timeslice.count() == 0;
   rt.shutting_down.store(false);
   rt.stop.store(false);
+  // Note [Killing a blocked thread]: without membarrier the wait lock is
+  // always taken.
+  rt.membarrier_ok =
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  rt.waits_need_lock.store(!rt.membarrier_ok);
   rt.n_idle.store(0);
   rt.ticker_parked.store(0);
   rt.id_blocks.store(0);

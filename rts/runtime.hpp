@@ -26,6 +26,8 @@ struct Runtime {
   std::atomic<bool> running{false};              // between start and teardown
   std::atomic<bool> shutting_down{false};        // Note [Shutdown]
   std::atomic<bool> stop{false};                 // schedulers exit
+  std::atomic<bool> waits_need_lock{false};      // Note [Killing a blocked thread]
+  bool membarrier_ok = false;                    // process registered for membarrier
   std::atomic<unsigned> n_idle{0};               // capabilities in idle()
   std::atomic<std::uint32_t> ticker_parked{0};   // Note [Stopping the ticker]
   std::atomic<std::uint64_t> id_blocks{0};       // next block of thread ids

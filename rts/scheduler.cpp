@@ -263,6 +263,11 @@ void push_work(Capability* cap) {
 
 // pick returns the next thread to run on cap, or null.
 inline Thread* pick(Capability* cap) {
+  // A quiescent point: whatever this capability did before (an mvar serve,
+  // say) happens-before anyone who sees the new epoch.  Note [Killing a
+  // blocked thread].
+  cap->sched_epoch.store(cap->sched_epoch.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_release);
   if (rt.stop.load(std::memory_order_relaxed)) [[unlikely]] return nullptr;
   if (cap->inbox.maybe_nonempty()) drain_inbox(cap);
   poll_spark_requests(cap);
@@ -639,6 +644,8 @@ void yield_point_slow() {
   Task* task = require_green_thread("capstan::yield_point");
   Capability* cap = task->cap;
   std::uint32_t why = cap->context_switch.exchange(0, std::memory_order_relaxed);
+  cap->sched_epoch.store(cap->sched_epoch.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_release);  // a quiescent point too
   check_killed(cap->current);
   if (why & kTimesliceExpired) {
     yield_current();  // See Note [Requeue front or back]: back
@@ -748,14 +755,29 @@ void request_context_switch(Capability* cap) noexcept {
 // At shutdown every blocked thread is woken with thread_killed so its stack
 // unwinds and its destructors run.  The killer must find the mvar the thread
 // waits on, but that mvar may be destroyed concurrently (its waiters are then
-// orphaned).  Thread::wait_lock guards blocked_on/waiter: the blocker sets
-// them, and a waker or an mvar's destructor clears them, under it (while
-// holding the mvar lock: order mvar lock -> wait_lock).  The killer holds
-// wait_lock while it *tries* to take the mvar lock (the reverse order, so it
-// only tries, and on failure backs off and is retried on the next sweep).
-// While the killer holds wait_lock with blocked_on == m, m cannot finish
-// being destroyed, so m is valid.  A waiter that blocked while unwinding
-// (in a destructor) is not killed: throwing there would terminate().
+// orphaned).  During shutdown Thread::wait_lock guards blocked_on/waiter: the
+// blocker sets them, and a waker or an mvar's destructor clears them, under
+// it (while holding the mvar lock: order mvar lock -> wait_lock).  The
+// killer holds wait_lock while it *tries* to take the mvar lock (the reverse
+// order, so it only tries, and on failure backs off and is retried on the
+// next sweep).  While the killer holds wait_lock with blocked_on == m, m
+// cannot finish being destroyed, so m is valid.  A waiter that blocked while
+// unwinding (in a destructor) is not killed: throwing there would terminate().
+//
+// Before shutdown there is no killer, and wait_lock would cost two locked
+// instructions per MVar hand-off, so blockers and wakers skip it while
+// rt.waits_need_lock is false.  Turning the lock on is the killer's job, and
+// it must be sure that nobody still skips it (an asymmetric fence, as in
+// userspace RCU or folly's asymmetricHeavyBarrier):
+//   1. waits_need_lock = true (seq_cst);
+//   2. membarrier(PRIVATE_EXPEDITED): every running thread of the process
+//      executes a full barrier, so every later read of the flag sees true;
+//   3. wait until every other capability has made a scheduling decision
+//      (sched_epoch moved, read with acquire) or is idle: an mvar operation
+//      that read false before step 2 has then finished, and its writes to
+//      blocked_on happen-before the killer's reads.
+// OS threads that run no green thread (try_put from a plain thread) always
+// take the lock; so does everyone if membarrier is unavailable.
 bool request_kill(Thread* t) noexcept {
   t->wait_lock.lock();
   detail::mvar_core* m = t->blocked_on;

@@ -61,6 +61,7 @@ struct alignas(64) Capability {
   std::atomic<std::uint32_t> context_switch{0};  // [atomic] ticker/interrupters set, owner clears
   std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
   std::atomic<bool> sleeping{false};           // [atomic] Note [Sleeping capabilities]
+  std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
 
   // Sparks: see Note [Spark pools] in sparks/sparks.cpp.
   alignas(64) detail::spark_pool sparks;       // [owner] (+ request: [atomic])
