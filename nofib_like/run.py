@@ -13,12 +13,13 @@ The first key after n= (the program's first argument) is the primary
 metric, a number; any others are secondary: numbers, slash-separated number
 tuples such as sparks=<created>/<converted>/<overflowed>/<dud>/<gcd>/<fizzled>
 (medians are taken element by element), or "na".  All numeric metrics are "lower is
-better".  For the spark programs the table also shows the speed-up of -N2
-over -N1 (median at -N1 / median at -N2).  A program may appear several
-times with different arguments (e.g. parfib 32 2 and parfib 38 20); each is
-its own row.  The C++ programs live in
-<build-dir>/nofib_like/<prog>; the Haskell twins (nofib_like/haskell/*.hs)
-are compiled into <build-dir>/nofib_like/haskell/ when ghc is available.
+better", except bfs's ratio (seq_ms / ms, a speed-up).  For the spark
+programs the table also shows the speed-up of -N2 over -N1 (median at -N1 /
+median at -N2).  A program may appear several times with different
+arguments (e.g. parfib 32 2 and parfib 38 20); each is its own row.  The
+C++ programs live in <build-dir>/nofib_like/<prog>; the Haskell twins
+(nofib_like/haskell/*.hs) are compiled into <build-dir>/nofib_like/haskell/
+when ghc is available.
 
 A failed check, a crash, a timeout or a missing binary shows up as FAIL in
 the table, and makes the runner exit with status 1 after printing everything.
@@ -52,6 +53,9 @@ PROGRAMS = [
     ("mergesort", (5_000_000, 10_000), (500_000, 10_000)),  # n, cutoff
     ("balanced", 1024, 128),               # tasks
     ("imbalanced", 1024, 128),
+    ("heat", (512, 400), (128, 100)),      # n, steps
+    ("bfs", (1_000_000, 16), (100_000, 16)),  # n, out-degree
+    ("sieve", 2_000_000, 200_000),
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -59,9 +63,11 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "threads001": "ns_per_thread", "ring": "ns_per_hop",
            "parked": "bytes_per_thread", "idle": "cpu_percent",
            "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
-           "balanced": "ms", "imbalanced": "ms"}
+           "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
+           "sieve": "ms"}
 # Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
-SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced"}
+SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
+                  "heat", "bfs", "sieve"}
 CAPS = (1, 2)
 MIN_REPS = {"pingpong": 7}  # noisy: never fewer repetitions than this
 GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
@@ -427,7 +433,8 @@ def main():
             f"sizes: {sizes}",
             "- ghc twins: " + (f"ghc {command_output(['ghc', '--numeric-version'])}"
                                if have_ghc else "not run") + "; "
-            "all metrics lower is better; ratio = capstan median / ghc median"
+            "all metrics lower is better (but bfs's ratio = seq_ms / ms); "
+            "capstan/ghc = capstan median / ghc median"
             + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else ""),
             "",
             markdown_table(rows),

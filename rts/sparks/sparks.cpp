@@ -100,17 +100,27 @@ spark_base* take_oldest(spark_pool* p) {
   return s;
 }
 
-// remove removes a pending spark from its pool (owner only).
+// trim drops holes at both ends of p (owner only).
+void trim(spark_pool* p) {
+  std::uint64_t b = p->bottom.load(std::memory_order_relaxed);
+  std::uint64_t t = p->top.load(std::memory_order_relaxed);
+  while (b < t && p->slots[b & p->mask] == nullptr) ++b;
+  while (t > b && p->slots[(t - 1) & p->mask] == nullptr) --t;
+  p->bottom.store(b, std::memory_order_relaxed);
+  p->top.store(t, std::memory_order_relaxed);
+}
+
+// remove removes a pending spark from its pool (owner only).  A spark taken
+// out of the middle leaves a hole; holes at either end are dropped at once,
+// so sparks forced oldest-first (a loop of get()s) leave none behind.
 void remove(spark_pool* p, spark_base* s) {
   std::uint64_t t = p->top.load(std::memory_order_relaxed);
   if (s->index + 1 == t) {
-    std::uint64_t b = p->bottom.load(std::memory_order_relaxed);
-    --t;
-    while (t > b && p->slots[(t - 1) & p->mask] == nullptr) --t;  // drop trailing holes
-    p->top.store(t, std::memory_order_relaxed);
+    p->top.store(t - 1, std::memory_order_relaxed);
   } else {
     p->slots[s->index & p->mask] = nullptr;  // a hole: skipped by take_oldest
   }
+  trim(p);
 }
 
 void lock_spark(spark_base* s) {
@@ -312,6 +322,14 @@ spark_pool* spark_pool_or_throw() {
   throw usage_error(
       "capstan::par: called from an OS thread that is not running a green thread; call it "
       "from inside capstan::run (the main function or a thread it forked)");
+}
+
+bool spark_make_room(spark_pool* p) noexcept {
+  // The fast pop in get() leaves holes below a popped top: drop them before
+  // calling the pool full.
+  trim(p);
+  return p->top.load(std::memory_order_relaxed) - p->bottom.load(std::memory_order_relaxed) <=
+         p->mask;
 }
 
 void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }

@@ -107,6 +107,27 @@ TEST(SparkPool, AFullPoolOverflowsAndGetRunsTheSparkInline) {
   EXPECT_EQ(s.total(), 6u);
 }
 
+// Forcing sparks oldest-first (a loop of get()s over a batch) must not
+// leave holes that fill the pool: a small pool, many rounds, no overflow.
+TEST(SparkPool, ForcingOldestFirstLeavesNoHoles) {
+  capstan::options o = capstan_test::opts(1);
+  o.spark_pool_size = 16;
+  long sum = 0;
+  capstan::run(o, [&] {
+    for (int round = 0; round < 1000; ++round) {
+      std::vector<std::unique_ptr<capstan::spark<int>>> batch;
+      for (int i = 0; i < 8; ++i)
+        batch.emplace_back(new capstan::spark<int>(capstan::par([i] { return i; })));
+      for (auto& s : batch) sum += s->get();  // oldest first
+    }
+  });
+  EXPECT_EQ(sum, 1000L * 28);
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.overflowed, 0u) << "holes left by out-of-order forcing filled the pool";
+  EXPECT_EQ(s.created, 8000u);
+  EXPECT_EQ(s.fizzled, 8000u);
+}
+
 // The maker blocks (parks, not spins) in get() while another capability
 // runs its spark; other threads on the maker's capability keep running.
 TEST(SparkSteal, GetWaitsForASparkRunningElsewhere) {

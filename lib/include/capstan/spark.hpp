@@ -88,6 +88,7 @@ void spark_respond(spark_pool* p);        // answer a pending steal request
 void spark_force_slow(spark_base* s);     // get() when the fast path cannot
 void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark
 void spark_overflow(spark_pool* p) noexcept;
+bool spark_make_room(spark_pool* p) noexcept;  // drops holes; true if not full now
 void spark_wake_sleeper() noexcept;
 [[noreturn]] void spark_cancelled();       // throws thread_killed
 
@@ -169,10 +170,13 @@ class spark : detail::spark_base {
     if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
     std::uint64_t t = p->top.load(std::memory_order_relaxed);
     if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
-      pool = nullptr;
-      state.store(unpooled, std::memory_order_relaxed);  // full: GHC drops the new spark
-      detail::spark_overflow(p);
-      return;
+      if (!detail::spark_make_room(p)) {
+        pool = nullptr;
+        state.store(unpooled, std::memory_order_relaxed);  // full: GHC drops the new spark
+        detail::spark_overflow(p);
+        return;
+      }
+      t = p->top.load(std::memory_order_relaxed);
     }
     index = t;
     pool = p;
