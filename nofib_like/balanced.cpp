@@ -1,5 +1,7 @@
-// balanced: one origin thread sparks n independent tasks of equal cost (a
+// balanced / imbalanced: one origin thread sparks n independent tasks (a
 // dependent 64-bit LCG chain, ~100 us each), then forces them in order.
+// Built twice (nofib_like/meson.build): with -DIMBALANCED every 10th task is
+// 10x heavier.
 // Idle capabilities take the sparks.  Check: the sum of the results equals
 // a sequential run outside the timed region.
 #include <memory>
@@ -10,7 +12,13 @@
 namespace {
 constexpr long kIters = 60'000;  // ~100 us per task; same constant in the Haskell twin
 
+#ifdef IMBALANCED
+constexpr const char* kName = "imbalanced";
+long iters_of(long long i) { return i % 10 == 0 ? 10 * kIters : kIters; }
+#else
+constexpr const char* kName = "balanced";
 long iters_of(long long) { return kIters; }
+#endif
 
 std::uint64_t task(long long i) {
   std::uint64_t x = static_cast<std::uint64_t>(i);
@@ -37,7 +45,7 @@ int main(int argc, char** argv) {
   auto sp = capstan::statistics().sparks;
   std::uint64_t want = 0;
   for (long long i = 0; i < a.n; ++i) want += task(i);
-  return bench::report("balanced", a.opts.capabilities, a.n,
+  return bench::report(kName, a.opts.capabilities, a.n,
                        fmt::format("ms={:.3f} sparks={}/{}/{}/{}/{}/{}", ms, sp.created,
                                    sp.converted, sp.overflowed, sp.dud, sp.gcd, sp.fizzled),
                        got == want);
