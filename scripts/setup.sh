@@ -5,8 +5,7 @@
 # Uses apt-get as root, sudo otherwise; says clearly what to do if neither works.
 set -euo pipefail
 
-packages=(meson ninja-build g++ pkg-config python3 libuv1-dev libfmt-dev libgtest-dev
-          libbenchmark-dev)
+packages=(meson ninja-build g++ pkg-config python3 libuv1-dev libfmt-dev libgtest-dev)
 if [[ "${1:-}" == "--with-ghc" ]]; then
   packages+=(ghc libghc-parallel-dev)
 fi
