@@ -40,6 +40,7 @@
 #include "sanitizer.hpp"
 #include "scheduler.hpp"
 #include "sparks/sparks.hpp"
+#include "task/overflow_handler.hpp"
 #include "ticker.hpp"
 
 namespace capstan::rts {
@@ -306,6 +307,10 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   // Capability 0 is run by the calling OS thread, so main is bound to it.
   Task* task0 = rt.tasks[0].get();
   bind_task_to_this_os_thread(task0);
+  if (!rt.sanitizers) {  // the sanitizers have their own SIGSEGV reporting
+    install_overflow_handler();
+    enter_signal_stack(task0);
+  }
   init_task_sanitizer_state(task0);
   MainClosure mc{fn, ctx};
   create_system_thread(rt.caps[0], &kMainOps, &mc, sizeof mc, /*bound=*/true, /*locked=*/true);
@@ -315,7 +320,9 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     t->os_thread = std::thread([t] {
       bind_task_to_this_os_thread(t);
       init_task_sanitizer_state(t);
+      if (!rt.sanitizers) enter_signal_stack(t);
       schedule(t);
+      leave_signal_stack(t);
       set_my_task(nullptr);
     });
   }
@@ -325,6 +332,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
 
   for (unsigned i = 1; i < rt.n_caps; ++i) rt.tasks[i]->os_thread.join();
   ticker.stop();
+  leave_signal_stack(task0);
   set_my_task(nullptr);
   rt.shutdown_events = nullptr;
   auto abandoned = reclaim_leftovers();

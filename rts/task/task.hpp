@@ -17,6 +17,8 @@
 // Capability* across a call that may switch: re-read my_task()->cap.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <cstddef>
 #include <thread>
@@ -53,6 +55,10 @@ struct Task {
   // Cached per-OS-thread locations (valid: a Task never changes OS thread).
   int* errno_loc = nullptr;
   EhGlobals* eh = nullptr;
+
+  // Alternate signal stack (overflow_handler.hpp).
+  void* alt_stack = nullptr;
+  stack_t prev_alt_stack{};
 
   // Sanitizer state of the native scheduler context.
   void* tsan_fiber = nullptr;
