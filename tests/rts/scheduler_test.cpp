@@ -160,11 +160,16 @@ TEST(PushWork, IdleCapabilitiesReceiveSurplusThreads) {
   std::atomic<int> on_cap1{0};
   capstan::run(capstan_test::opts(2), [&] {
     capstan::mvar<int> done;
+    // Capability 1's OS thread may still be starting (a loaded CI machine):
+    // a thread locked there tells us when it runs.
+    capstan::mvar<int> started;
+    capstan::fork_on(1, [&] { started.put(1); });
+    started.take();
     constexpr int kThreads = 200;
     for (int i = 0; i < kThreads; ++i) {
       capstan::fork_io([&] {
         volatile long x = 0;
-        for (int k = 0; k < 20000; ++k) x = x + k;
+        for (int k = 0; k < 300000; ++k) x = x + k;  // ~0.1-0.3 ms: a real backlog
         if (capstan::current_capability() == 1) on_cap1.fetch_add(1);
         done.put(1);
       });
