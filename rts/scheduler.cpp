@@ -64,6 +64,7 @@
 #include <new>
 
 #include "asm/context.hpp"
+#include "clock.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
 #include "runtime.hpp"
@@ -214,7 +215,6 @@ void drain_inbox(Capability* cap) {
 // waiting, so it is never spread across capabilities, where every hand-off
 // would cost a cross-core wake-up (the GHC -N2 collapse).
 constexpr std::int64_t kBacklogNs = 50'000;
-std::int64_t now_ns();
 
 void push_work(Capability* cap) {
   Capability* target = nullptr;
@@ -300,14 +300,6 @@ inline Thread* pick(Capability* cap) {
 // lands between the check and the futex wait (Note [Sticky wake-up]).
 // The stop flag is part of the re-check (silk PR #152's lost shutdown).
 constexpr std::int64_t kSpinNs = 50'000;
-}  // namespace
-
-namespace {
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool has_work(Capability* cap) {
   return cap->inbox.maybe_nonempty() || rt.stop.load(std::memory_order_relaxed);

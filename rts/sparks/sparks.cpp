@@ -55,6 +55,7 @@
 #include <exception>
 #include <new>
 
+#include "../clock.hpp"
 #include "../runtime.hpp"
 #include "../scheduler.hpp"
 #include "capstan/errors.hpp"
@@ -80,12 +81,6 @@ spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
 // be split: a thief has nothing better to do meanwhile, and it gives up at
 // once if work arrives in its inbox.
 constexpr std::int64_t kStealWaitNs = 2'000'000;
-
-std::int64_t clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 Capability* cap_of(spark_pool* p) { return static_cast<Capability*>(p->cap); }
 
@@ -192,12 +187,12 @@ spark_base* ask(Capability* me, Capability* v) {
                                                  std::memory_order_relaxed))
     return nullptr;  // someone else is asking v
   me->steal_attempts.add();
-  std::int64_t deadline = clock_ns() + kStealWaitNs;
+  std::int64_t deadline = now_ns() + kStealWaitNs;
   for (unsigned i = 1;; ++i) {
     spark_base* s = me->steal_box.load(std::memory_order_acquire);
     if (s) return s == kNoSpark ? nullptr : take_batch(me, s);
     poll_spark_requests(me);  // two thieves asking each other must not stall
-    if ((i & 63) == 0 && (clock_ns() > deadline || me->inbox.maybe_nonempty())) {
+    if ((i & 63) == 0 && (now_ns() > deadline || me->inbox.maybe_nonempty())) {
       expected = me;
       if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
                                                     std::memory_order_relaxed))
