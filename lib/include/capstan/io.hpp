@@ -1,0 +1,59 @@
+// io.hpp - the IO manager: sleeping and waiting for file descriptors park
+// only the calling green thread (GHC's threadDelay, threadWaitRead).
+// Built on libuv; see docs/io.md.
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace capstan {
+
+// io_error: an fd wait ended without readiness, e.g. the fd was closed with
+// close_fd while the thread waited on it.
+class io_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+void sleep_ns(long long ns);
+bool wait_fd(int fd, bool writable, long long timeout_ns);  // timeout_ns < 0: no timeout
+}  // namespace detail
+
+// sleep_for parks the calling green thread for at least `d`.
+template <class Rep, class Period>
+void sleep_for(const std::chrono::duration<Rep, Period>& d) {
+  detail::sleep_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+// sleep_until parks the calling green thread until `t` has passed.
+template <class Clock, class Duration>
+void sleep_until(const std::chrono::time_point<Clock, Duration>& t) {
+  sleep_for(t - Clock::now());
+}
+
+// wait_readable parks until fd is readable (or at EOF/error); io_error if
+// it is closed with close_fd meanwhile.
+inline void wait_readable(int fd) { detail::wait_fd(fd, false, -1); }
+// wait_writable parks until fd is writable; io_error as wait_readable.
+inline void wait_writable(int fd) { detail::wait_fd(fd, true, -1); }
+
+// wait_readable_for is wait_readable with a time-out: false if it expired.
+template <class Rep, class Period>
+bool wait_readable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
+  return detail::wait_fd(fd, false,
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+// wait_writable_for is wait_writable with a time-out: false if it expired.
+template <class Rep, class Period>
+bool wait_writable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
+  return detail::wait_fd(fd, true,
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+// close_fd wakes every green thread waiting on fd with io_error, then
+// closes it (GHC's closeFdWith).  Close fds others may wait on only so.
+void close_fd(int fd);
+
+}  // namespace capstan
