@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "capstan/errors.hpp"
+#include "capstan/foreign.hpp"
 
 #include "capstan/statistics.hpp"
 #include "capstan/thread.hpp"
@@ -25,6 +26,13 @@ thread_id self() {
 }
 
 void yield() { rts::yield_current(); }
+
+bool is_bound() {
+  Task* task = rts::require_green_thread("capstan::is_bound");
+  bool b = task->cap->current->bound;
+  detail::safe_point();
+  return b;
+}
 
 unsigned current_capability() {
   detail::safe_point();  // first: the answer must hold when we return
@@ -84,7 +92,10 @@ runtime_statistics statistics() {
 namespace detail {
 
 thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
-  Thread* t = rts::alloc_thread(size, align, cap < 0 ? "capstan::fork_io" : "capstan::fork_on");
+  Thread* t = rts::alloc_thread(size, align,
+                                cap == kBoundOsThread ? "capstan::fork_os"
+                                : cap < 0             ? "capstan::fork_io"
+                                                      : "capstan::fork_on");
   return {t, t->closure};
 }
 

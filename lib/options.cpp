@@ -55,9 +55,16 @@ bool parse_uint(const char* s, unsigned long& out) {
 void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
   if (f[0] != '-' || f[1] == '\0') {
-    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>");
+    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
   }
   const char* arg = f + 2;
+  if (flag.rfind("--spare-tasks", 0) == 0) {
+    unsigned long n = 0;
+    if (flag.size() < 15 || flag[13] != '=' || !parse_uint(f + 14, n) || n > 1024)
+      bad(flag, where, "expected --spare-tasks=<n>, spare OS threads kept per capability, 0 <= n <= 1024");
+    o.max_spare_tasks = static_cast<unsigned>(n);
+    return;
+  }
   switch (f[1]) {
     case 'N': {
       if (!*arg) {
@@ -114,7 +121,7 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
     default:
       break;
   }
-  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>");
+  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
 }
 
 }  // namespace
@@ -126,7 +133,8 @@ const char* options::usage() {
          "  -C<secs>   timeslice, e.g. -C0.02 (default); -C0 = switch at every safe point\n"
          "  -s         print runtime statistics to stderr at exit\n"
          "  -e<n>      sparks per capability pool (default 4096)\n"
-         "  -kw<n>     idle stacks kept warm per capability (default 256)\n";
+         "  -kw<n>     idle stacks kept warm per capability (default 256)\n"
+         "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n";
 }
 
 namespace {

@@ -26,12 +26,13 @@ void mvar_core::park(waiter& w) {
   if (!task || !task->cap || !task->cap->current) [[unlikely]] {
     remove(w);
     unlock();
+    if (task) rts::require_green_thread("capstan::mvar take/put/read");  // inside safe_call
     throw usage_error(
         "capstan::mvar: take/put/read would block on an OS thread that is not running a green "
         "thread; block only inside capstan::run, or use try_take/try_put from other threads");
   }
   Thread* cur = task->cap->current;
-  if (rts::rt.shutting_down.load(std::memory_order_relaxed) && !cur->bound &&
+  if (rts::rt.shutting_down.load(std::memory_order_relaxed) && !cur->is_main &&
       std::uncaught_exceptions() == 0) [[unlikely]] {
     remove(w);
     unlock();
@@ -59,7 +60,9 @@ void* mvar_core::serve(waiter& w) noexcept {
   remove(w);
   auto* t = static_cast<Thread*>(w.thread);
   if (rts::rt.waits_need_lock.load(std::memory_order_relaxed) ||
-      rts::my_task_before_switch() == nullptr) [[unlikely]] {
+      !rts::my_task_before_switch() || !rts::my_task_before_switch()->cap) [[unlikely]] {
+    // (An OS thread holding no capability - a plain thread, or one inside
+    // safe_call - is not covered by the killer's quiescence check.)
     t->wait_lock.lock();  // Note [Killing a blocked thread]
     t->blocked_on = nullptr;
     t->waiter = nullptr;

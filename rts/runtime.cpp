@@ -40,6 +40,7 @@
 #include "sanitizer.hpp"
 #include "scheduler.hpp"
 #include "sparks/sparks.hpp"
+#include "task/handover.hpp"
 #include "task/overflow_handler.hpp"
 #include "ticker.hpp"
 
@@ -63,12 +64,32 @@ bool kill_sweep() {
   for (Capability* c : rt.caps) {
     c->all_lock.lock();
     for (Thread* t = c->all_head; t; t = t->all_next) {
-      if (t->bound) continue;
+      if (t->is_main) continue;
       if (!request_kill(t)) all = false;
     }
     c->all_lock.unlock();
   }
   return all;
+}
+
+// in_safe_call: is t inside a safe call (its Task runs foreign code on its stack)?
+bool in_safe_call(Thread* t) {
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  for (auto& task : rt.tasks)
+    if (task->in_safe_call.load(std::memory_order_relaxed) == t) return true;
+  return false;
+}
+
+// Threads still inside safe calls, for the shutdown report.
+std::uint64_t safe_calls_in_progress(std::string* names) {
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  std::uint64_t n = 0;
+  for (auto& task : rt.tasks) {
+    Thread* t = task->in_safe_call.load(std::memory_order_relaxed);
+    if (!t) continue;
+    if (++n <= 10 && names) *names += fmt::format(" {}", t->id);
+  }
+  return n;
 }
 
 void report_abandoned() {
@@ -77,7 +98,7 @@ void report_abandoned() {
   for (Capability* c : rt.caps) {
     c->all_lock.lock();
     for (Thread* t = c->all_head; t; t = t->all_next) {
-      if (t->bound) continue;
+      if (t->is_main || in_safe_call(t)) continue;
       ++n;
       if (n <= 10)
         names += fmt::format(" {}({})", t->id, t->label ? t->label->c_str() : "unlabelled");
@@ -103,8 +124,10 @@ void require_wait_locks() {
   for (Capability* c : rt.caps) seen.push_back(c->sched_epoch.load(std::memory_order_acquire));
   for (std::size_t i = 1; i < rt.caps.size(); ++i) {  // capability 0 is us
     Capability* c = rt.caps[i];
+    // A free capability runs nothing (a capless Task always takes the lock).
     while (c->sched_epoch.load(std::memory_order_acquire) == seen[i] &&
-           !c->idle.load(std::memory_order_acquire)) {
+           !c->idle.load(std::memory_order_acquire) &&
+           c->hold.load(std::memory_order_acquire) != Hold::free) {
       interrupt_capability(c);
       capstan::yield();
     }
@@ -112,6 +135,7 @@ void require_wait_locks() {
 }
 
 void shutdown_protocol() {
+  rt.accepting_incalls.store(false, std::memory_order_seq_cst);  // Note [In-calls]
   rt.shutting_down.store(true, std::memory_order_seq_cst);
   require_wait_locks();
   sample_peaks();
@@ -120,17 +144,34 @@ void shutdown_protocol() {
     notify_capability(c);
   }
   auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+  bool reported_calls = false;
   for (;;) {
     kill_sweep();
-    if (live_threads() <= 1) break;
+    if (live_threads() <= 1 && rt.incalls.load(std::memory_order_seq_cst) == 0) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      report_abandoned();
-      break;
+      // Threads inside safe calls run foreign code on their own stacks: run()
+      // waits for the calls to return (each thread then meets thread_killed
+      // and unwinds).  Everyone else is abandoned.  Note [Shutdown].
+      std::string names;
+      std::uint64_t calls = safe_calls_in_progress(&names);
+      if (calls == 0) {
+        report_abandoned();
+        break;
+      }
+      if (!reported_calls) {
+        std::fprintf(stderr,
+                     "capstan: shutdown is waiting for %llu thread(s) inside safe_call to "
+                     "return:%s%s\n",
+                     static_cast<unsigned long long>(calls), names.c_str(),
+                     calls > 10 ? " ..." : "");
+        reported_calls = true;
+      }
     }
     rt.shutdown_events->wait();  // a thread finished, or a tick passed
   }
   rt.stop.store(true, std::memory_order_seq_cst);
-  for (Capability* c : rt.caps) c->running_task->parker.unpark();
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  for (auto& t : rt.tasks) t->parker.unpark();
 }
 
 struct MainClosure {
@@ -146,10 +187,6 @@ void main_invoke(void* p) {
 void main_destroy(void*) noexcept {}
 constexpr detail::closure_ops kMainOps{&main_invoke, &main_destroy};
 
-void init_task_sanitizer_state(Task* t) {
-  if (san::tsan()) t->tsan_fiber = __tsan_get_current_fiber();
-}
-
 // Frees the threads left after shutdown (abandoned) and the free lists;
 // returns how many threads were abandoned.
 std::uint64_t reclaim_leftovers() {
@@ -158,7 +195,7 @@ std::uint64_t reclaim_leftovers() {
     Thread* t = c->all_head;
     while (t) {
       Thread* next = t->all_next;
-      if (!t->bound) ++abandoned;
+      if (!t->is_main) ++abandoned;
       if (t->blocked_on) {  // take it out of the mvar's queue for good
         t->blocked_on->lock();
         t->blocked_on->remove(*t->waiter);
@@ -197,7 +234,8 @@ void validate(const options& o) {
 }  // namespace
 
 std::uint64_t live_threads() {
-  std::uint64_t created = sum_caps([](Capability& c) { return c.threads_created.get(); });
+  std::uint64_t created = sum_caps([](Capability& c) { return c.threads_created.get(); }) +
+                          rt.incall_threads_created.load(std::memory_order_relaxed);
   std::uint64_t finished = sum_caps([](Capability& c) { return c.threads_finished.get(); });
   return created - finished;
 }
@@ -238,6 +276,10 @@ runtime_statistics snapshot_statistics() {
     s.blocked_indefinitely += c->threads_blocked_indefinitely.get();
     s.stacks_in_use += c->stacks_allocated.get() - c->stacks_freed.get();
   }
+  s.incall_threads = rt.incall_threads_created.load(std::memory_order_relaxed);
+  s.threads_created += s.incall_threads;
+  s.tasks_created = rt.tasks_created.load(std::memory_order_relaxed);
+  s.os_threads = rt.os_threads.load(std::memory_order_relaxed);
   s.live_threads = s.threads_created - s.threads_finished;
   sample_peaks();
   s.peak_live_threads = rt.peak_live.load();
@@ -288,6 +330,14 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   rt.arena.configure(o.stack_size);
   rt.caps.clear();
   rt.tasks.clear();
+  rt.retired_tasks.clear();
+  rt.os_threads.store(0);
+  rt.incalls.store(0);
+  rt.tasks_created.store(0);
+  rt.incall_threads_created.store(0);
+  rt.next_bound_cap.store(0);
+  ++rt.epoch;
+  std::vector<Task*> initial;
   for (unsigned i = 0; i < rt.n_caps; ++i) {
     auto* c = new Capability;
     c->no = i;
@@ -295,17 +345,17 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     c->threads.attach(&rt.depot);
     spark_pool_init(c, o.spark_pool_size);
     rt.caps.push_back(c);
-    auto task = std::make_unique<Task>();
+    Task* task = new_task(i == 0 ? TaskKind::main : TaskKind::worker);
     task->cap = c;
-    task->is_worker = i != 0;
-    c->running_task = task.get();
-    rt.tasks.push_back(std::move(task));
+    task->last_cap = c;
+    c->running_task.store(task);
+    initial.push_back(task);
   }
   Signal shutdown_events;
   rt.shutdown_events = &shutdown_events;
 
   // Capability 0 is run by the calling OS thread, so main is bound to it.
-  Task* task0 = rt.tasks[0].get();
+  Task* task0 = initial[0];
   bind_task_to_this_os_thread(task0);
   if (!rt.sanitizers) {  // the sanitizers have their own SIGSEGV reporting
     install_overflow_handler();
@@ -313,24 +363,23 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   }
   init_task_sanitizer_state(task0);
   MainClosure mc{fn, ctx};
-  create_system_thread(rt.caps[0], &kMainOps, &mc, sizeof mc, /*bound=*/true, /*locked=*/true);
+  Thread* main_thread =
+      create_system_thread(rt.caps[0], &kMainOps, &mc, sizeof mc, /*bound=*/true, /*locked=*/true);
+  main_thread->bound_task = task0;
+  task0->bound_thread = main_thread;
 
-  for (unsigned i = 1; i < rt.n_caps; ++i) {
-    Task* t = rt.tasks[i].get();
-    t->os_thread = std::thread([t] {
-      bind_task_to_this_os_thread(t);
-      init_task_sanitizer_state(t);
-      if (!rt.sanitizers) enter_signal_stack(t);
-      schedule(t);
-      leave_signal_stack(t);
-      set_my_task(nullptr);
-    });
-  }
+  for (unsigned i = 1; i < rt.n_caps; ++i) start_os_thread(initial[i], &schedule);
   ticker.start(o.timeslice);
+  rt.accepting_incalls.store(true, std::memory_order_seq_cst);
 
   schedule(task0);  // returns when main has shut everything down
 
-  for (unsigned i = 1; i < rt.n_caps; ++i) rt.tasks[i]->os_thread.join();
+  // Every runtime-made OS thread, and every foreign thread inside call_in,
+  // leaves before the Tasks and capabilities are freed.
+  for (std::uint32_t n; (n = rt.os_threads.load(std::memory_order_acquire)) != 0;)
+    futex_wait(&rt.os_threads, n);
+  for (std::uint32_t n; (n = rt.incalls.load(std::memory_order_acquire)) != 0;)
+    futex_wait(&rt.incalls, n);
   ticker.stop();
   leave_signal_stack(task0);
   set_my_task(nullptr);

@@ -37,7 +37,18 @@ struct Runtime {
   StackArena arena;
   ThreadDepot depot;
   bool sanitizers = false;                       // ASan or TSan fiber hooks present
-  std::vector<std::unique_ptr<Task>> tasks;      // tasks[i] runs caps[i]
+  // Every Task of this run; freed when run() ends (a stale running_task
+  // pointer may still be unparked, so a Task is never freed earlier).
+  std::mutex tasks_mu;
+  std::vector<std::unique_ptr<Task>> tasks;      // [tasks_mu]
+  std::vector<Task*> retired_tasks;              // [tasks_mu] OS thread gone, reusable
+  std::atomic<std::uint32_t> os_threads{0};      // runtime-made OS threads still running (futex word)
+  std::atomic<std::uint32_t> incalls{0};         // call_in calls in progress (futex word)
+  std::atomic<bool> accepting_incalls{false};    // call_in allowed: Note [In-calls]
+  std::atomic<std::uint64_t> tasks_created{0};
+  std::atomic<std::uint64_t> incall_threads_created{0};  // not counted by any capability
+  std::atomic<std::uint32_t> next_bound_cap{0};  // fork_os round robin
+  std::uint64_t epoch = 0;                       // run number, for foreign Tasks' TLS
   Signal* shutdown_events = nullptr;             // Note [Shutdown]
   std::chrono::steady_clock::time_point started;
 

@@ -70,6 +70,7 @@
 #include "runtime.hpp"
 #include "sanitizer.hpp"
 #include "sparks/sparks.hpp"
+#include "task/handover.hpp"
 
 namespace capstan::rts {
 
@@ -110,7 +111,13 @@ inline void after_switch(PostSwitch* p) {
   if (Thread* t = p->migrant) [[unlikely]] {
     p->migrant = nullptr;
     Capability* target = p->migrate_to;
+    bool returning = p->migrant_priority;
+    p->migrant_priority = false;
+    t->priority = returning;
     target->inbox.push(t);  // See Note [Migrating to a spark's capability]
+    // A thread back from a safe call: its capability lets it in at the next
+    // safe point (Note [Returning from a safe call]).
+    if (returning) target->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
     notify_capability(target);
   }
 }
@@ -160,7 +167,7 @@ void prepare_stack(Capability* cap, Thread* t) {
       cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);
     target = to->sp;
   } else {
-    cap->current = nullptr;
+    if (cap) cap->current = nullptr;  // null: a capless Task back from a safe call
     target = task->sched_sp;
   }
   if (!rt.sanitizers) [[likely]] {
@@ -186,7 +193,12 @@ void drain_inbox(Capability* cap) {
   std::uint64_t n = 0;
   for (Thread* t = cap->inbox.take_all(); t;) {
     Thread* next = t->link;
-    cap->run_queue.push_back(t);
+    if (t->priority) [[unlikely]] {  // Note [Returning from a safe call]
+      t->priority = false;
+      cap->run_queue.push_front(t);
+    } else {
+      cap->run_queue.push_back(t);
+    }
     t = next;
     ++n;
   }
@@ -263,6 +275,7 @@ void push_work(Capability* cap) {
 
 // pick returns the next thread to run on cap, or null.
 inline Thread* pick(Capability* cap) {
+  if (cap->handoff) [[unlikely]] return nullptr;  // the scheduler context hands over first
   // A quiescent point: whatever this capability did before (an mvar serve,
   // say) happens-before anyone who sees the new epoch.  Note [Killing a
   // blocked thread].
@@ -277,6 +290,13 @@ inline Thread* pick(Capability* cap) {
   } else if (cap->run_queue.size() >= kPushThreshold &&
              rt.n_idle.load(std::memory_order_relaxed) != 0) [[unlikely]] {
     if (backlog_wants_push(cap)) push_work(cap);
+  }
+  // Note [Bound threads]: another Task's bound thread is run by that Task;
+  // our caller switches to the scheduler context, which hands over.
+  if (t && t->bound_task && t->bound_task != cap->running_task.load(std::memory_order_relaxed))
+      [[unlikely]] {
+    cap->handoff = t;
+    return nullptr;
   }
   return t;
 }
@@ -348,9 +368,9 @@ void idle(Task* task, Capability* cap) {
     // while (bounded: kSparkRounds spins), then sleep anyway; the ticker
     // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).
     if (round < kSparkRounds && any_sparks()) continue;
-    cap->sleeping.store(true, std::memory_order_seq_cst);
+    cap->hold.store(Hold::sleeping, std::memory_order_seq_cst);
     if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {
-      cap->sleeping.store(false, std::memory_order_relaxed);
+      cap->hold.store(Hold::held, std::memory_order_relaxed);
       break;
     }
     detail::g_spark_sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -359,7 +379,7 @@ void idle(Task* task, Capability* cap) {
       task->parker.park();
     }
     detail::g_spark_sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    cap->sleeping.store(false, std::memory_order_relaxed);
+    cap->hold.store(Hold::held, std::memory_order_relaxed);
     cap->spark_wake.store(false, std::memory_order_relaxed);
     found = has_work(cap);  // else spin again: woken for sparks, or spuriously
   }
@@ -408,7 +428,13 @@ void notify_shutdown() {
   Capability* cap = task->cap;
   cap->threads_finished.add();
   if (rt.shutting_down.load(std::memory_order_acquire)) [[unlikely]] notify_shutdown();
-  Thread* next = pick(cap);
+  // A fork_os or in-call thread's Task leaves with it (Note [Bound threads]).
+  bool task_leaves = self == task->bound_thread && !self->is_main;
+  if (task_leaves) [[unlikely]] {
+    task->bound_thread = nullptr;
+    task->bound_done = true;
+  }
+  Thread* next = task_leaves ? nullptr : pick(cap);
   task->post.dead = self;
   switch_to(task, cap, self, next, /*from_dying=*/true);
   __builtin_unreachable();
@@ -419,6 +445,8 @@ void notify_shutdown() {
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
   after_switch(static_cast<PostSwitch*>(arg));
   Thread* self = my_task()->cap->current;
+  // Bound threads always start: a fork_os or in-call thread's Task waits for
+  // it; it meets thread_killed at its first runtime call instead.
   if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
     my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
   } else {
@@ -440,14 +468,19 @@ void notify_shutdown() {
   finish_current(self);
 }
 
-std::uint64_t next_thread_id(Capability* cap) {
-  if (cap->next_id == cap->id_end) {
+// A fork_os thread's OS thread: serves its bound thread until it finishes.
+void bound_task_body(Task* task) { schedule(task); }
+
+std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end) {
+  if (next == end) {
     std::uint64_t base = rt.id_blocks.fetch_add(kIdBlock, std::memory_order_relaxed);
-    cap->next_id = base + 1;
-    cap->id_end = base + kIdBlock + 1;
+    next = base + 1;
+    end = base + kIdBlock + 1;
   }
-  return cap->next_id++;
+  return next++;
 }
+
+std::uint64_t next_thread_id(Capability* cap) { return next_id_in_block(cap->next_id, cap->id_end); }
 
 Thread* new_thread_object(Capability* cap) { return cap->threads.get(); }
 
@@ -482,7 +515,14 @@ void enqueue_new(Capability* cap, Thread* t, Capability* target) {
 
 Task* require_green_thread(const char* what) {
   Task* task = my_task();
-  if (!task || !task->cap || !task->cap->current) [[unlikely]] throw_not_green(what);
+  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
+    if (task && task->in_safe_call.load(std::memory_order_relaxed))
+      throw usage_error(std::string(what) +
+                        ": called from inside capstan::safe_call, whose function runs "
+                        "without a capability; call back into the runtime with "
+                        "capstan::call_in");
+    throw_not_green(what);
+  }
   return task;
 }
 
@@ -508,7 +548,8 @@ void discard_thread(Thread* t) noexcept {
   t->closure = nullptr;
   t->closure_align = 0;
   t->label = nullptr;
-  t->locked = t->bound = false;
+  t->locked = t->bound = t->is_main = t->priority = false;
+  t->bound_task = nullptr;
   t->saved_errno = 0;
   t->eh = EhGlobals{};
   t->state = ThreadState::runnable;
@@ -541,7 +582,25 @@ std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no
   link_home(cap, t);
   cap->threads_created.add();
   Capability* target = cap;
-  if (cap_no >= 0) {
+  if (cap_no == detail::kBoundOsThread) {
+    // fork_os: Note [Bound threads].  The OS thread starts first (it may
+    // fail, and then nothing has happened), then waits for the thread.
+    target = rt.caps[rt.next_bound_cap.fetch_add(1, std::memory_order_relaxed) % rt.n_caps];
+    Task* b = new_task(TaskKind::os_bound);
+    b->bound_thread = t;
+    b->last_cap = target;
+    t->bound = t->locked = true;
+    t->bound_task = b;
+    try {
+      start_os_thread(b, &bound_task_body);
+    } catch (...) {
+      unlink_from_home(t);
+      cap->threads_created.v.store(cap->threads_created.get() - 1, std::memory_order_relaxed);
+      t->ops = nullptr;
+      discard_thread(t);
+      throw;
+    }
+  } else if (cap_no >= 0) {
     target = rt.caps[static_cast<unsigned>(cap_no) % rt.n_caps];
     t->locked = true;
   }
@@ -563,6 +622,7 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
   t->ops = ops;
   t->id = next_thread_id(cap);
   t->bound = bound;
+  t->is_main = bound;  // the only bound system thread is run()'s main
   t->locked = locked;
   link_home(cap, t);
   cap->threads_created.add();
@@ -571,13 +631,79 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
   return t;
 }
 
+// Note [Bound threads]
+// ~~~~~~~~~~~~~~~~~~~~
+// A bound thread (run()'s main, fork_os, an in-call) runs only on its
+// bound_task's OS thread, and is locked to one capability.  When a Task
+// picks another Task's bound thread it does not run it: it switches to its
+// scheduler context, which gives the capability and the thread to the bound
+// Task (give(), Note [Handing over a capability]) and then waits, capless,
+// as a spare (a worker) or for its own bound thread's turn (a bound Task).
+// Unlike GHC, a bound Task is not reserved for its thread: while it holds
+// the capability it runs unbound threads too, switching to them directly.
+// So an MVar hand-off between the bound main thread and an unbound thread
+// is an ordinary green switch on the main OS thread (boundpingpong), and an
+// OS-level hand-over happens only when two different Tasks' bound threads
+// take turns on one capability, or after a safe call let a spare in.  The
+// bound semantics hold: a bound thread's code only ever runs on its own OS
+// thread (tests/rts/foreign/bound_test.cpp checks gettid()).
+// A fork_os or in-call Task leaves schedule() when its thread finishes,
+// giving its capability up (release_capability).
+void switch_to_scheduler_capless(Task* task, Thread* cur) {
+  switch_to(task, nullptr, cur, nullptr, false);
+}
+
+Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
+                             const void* closure, std::size_t closure_size) {
+  Thread* t = task->threads.get();
+  t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
+  std::memcpy(t->inline_closure, closure, closure_size);
+  t->ops = ops;
+  t->id = next_id_in_block(task->next_id, task->id_end);
+  t->bound = t->locked = true;
+  t->bound_task = task;
+  t->cap = home;
+  t->state = ThreadState::runnable;
+  link_home(home, t);
+  rt.incall_threads_created.fetch_add(1, std::memory_order_relaxed);
+  return t;
+}
+
 void schedule(Task* task) {
   for (;;) {
     Capability* cap = task->cap;
+    if (!cap) {
+      if (task->bound_done) return;
+      // A worker with nothing to serve waits as a spare, or exits if its
+      // capability has enough of them.
+      // (A new worker was handed its capability before it started.)
+      if (!task->bound_thread && !task->handed.load(std::memory_order_acquire) &&
+          !become_spare(task))
+        return;
+      if (!wait_for_capability(task)) return;  // the runtime stopped
+      if (Thread* first = task->handed_thread) {
+        task->handed_thread = nullptr;
+        switch_to(task, task->cap, nullptr, first, false);
+      }
+      continue;
+    }
+    if (task->bound_done) [[unlikely]] {
+      release_capability(task);
+      return;
+    }
+    if (Thread* h = cap->handoff) [[unlikely]] {
+      cap->handoff = nullptr;
+      task->cap = nullptr;
+      cap->current = nullptr;
+      detail::tl_spark_pool = nullptr;
+      give(h->bound_task, cap, h);
+      continue;
+    }
     if (Thread* t = pick(cap)) {
       switch_to(task, cap, nullptr, t, false);
       continue;
     }
+    if (cap->handoff) continue;
     if (rt.stop.load(std::memory_order_acquire)) return;
     idle(task, cap);
   }
@@ -603,12 +729,13 @@ void schedule(Task* task) {
 }
 
 void check_killed(Thread* t) {
-  if (!rt.shutting_down.load(std::memory_order_acquire) || t->bound) return;
+  if (!rt.shutting_down.load(std::memory_order_acquire) || t->is_main) return;
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
   if (std::uncaught_exceptions() != 0) return;
   Task* task = my_task();
   Capability* cap = task->cap;
-  if (Thread* next = pick(cap)) {
+  Thread* next = pick(cap);
+  if (next || cap->handoff) {
     t->state = ThreadState::runnable;
     cap->run_queue.push_back(t);
     switch_to(task, cap, t, next, false);
@@ -619,13 +746,13 @@ void check_killed(Thread* t) {
 
 void yield_current() {
   Task* task = my_task_before_switch();
-  if (!task || !task->cap->current) [[unlikely]] throw_not_green("capstan::yield");
+  if (!task || !task->cap || !task->cap->current) [[unlikely]] require_green_thread("capstan::yield");
   Capability* cap = task->cap;
   Thread* cur = cap->current;
   cap->context_switch.store(0, std::memory_order_relaxed);
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
   Thread* next = pick(cap);
-  if (!next) return;  // nothing else to run: keep going
+  if (!next && !cap->handoff) return;  // nothing else to run: keep going
   cur->state = ThreadState::runnable;
   cap->run_queue.push_back(cur);
   switch_to(task, cap, cur, next, false);
@@ -639,7 +766,19 @@ void yield_point_slow() {
   cap->sched_epoch.store(cap->sched_epoch.load(std::memory_order_relaxed) + 1,
                          std::memory_order_release);  // a quiescent point too
   check_killed(cap->current);
-  if (why & kTimesliceExpired) {
+  if (why & kReturning) {
+    // Note [Returning from a safe call]: the returner goes first, and we
+    // keep our place right behind it.
+    Thread* cur = cap->current;
+    cur->state = ThreadState::runnable;
+    cap->run_queue.push_front(cur);
+    Thread* next = pick(cap);
+    if (next == cur) {
+      cur->state = ThreadState::running;
+      return;
+    }
+    switch_to(task, cap, cur, next, false);
+  } else if (why & kTimesliceExpired) {
     yield_current();  // See Note [Requeue front or back]: back
   } else if (why & kInterrupt) {
     // Interrupted, not expired: the thread keeps the front of the queue, so
@@ -729,9 +868,22 @@ void wake_home(Thread* t) noexcept {
 }
 
 void notify_capability(Capability* cap) noexcept {
-  // See Note [Sleeping capabilities]: the sender's half of the hand-shake
-  // (the inbox CAS that precedes every call with work to report is seq_cst).
-  if (cap->sleeping.load(std::memory_order_seq_cst)) cap->running_task->parker.unpark();
+  // See Note [Sleeping capabilities] and Note [Handing over a capability]:
+  // the sender's half of the hand-shakes (the inbox CAS that precedes every
+  // call with work to report is seq_cst).
+  switch (cap->hold.load(std::memory_order_seq_cst)) {
+    case Hold::sleeping:
+      // acquire: the Task we read is fully constructed.  A stale read (the
+      // sleeper woke and handed over meanwhile) unparks a Task that
+      // re-checks and parks again; the new holder sees the inbox itself.
+      cap->running_task.load(std::memory_order_acquire)->parker.unpark();
+      break;
+    case Hold::free:
+      if (try_claim(cap)) release_to_spare(cap);
+      break;
+    case Hold::held:
+      break;
+  }
 }
 
 void interrupt_capability(Capability* cap) noexcept {

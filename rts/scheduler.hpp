@@ -29,8 +29,19 @@ std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no
 Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
                              std::size_t closure_size, bool bound, bool locked = true);
 
-// schedule is a Task's scheduler loop, on its native stack; returns at stop.
+// schedule is a Task's scheduler loop, on its native stack; returns at stop,
+// when a worker is no longer needed, or when a fork_os/in-call Task's bound
+// thread has finished (Note [Bound threads]).
 void schedule(Task* task);
+
+// switch_to_scheduler_capless leaves `cur` for the scheduler context of
+// `task`, which holds no capability (a safe call returning the slow way).
+void switch_to_scheduler_capless(Task* task, Thread* cur);
+
+// create_incall_thread makes a thread bound to `task`, homed on `home`,
+// for call_in (the caller need not hold a capability).
+Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
+                             const void* closure, std::size_t closure_size);
 
 // yield_current requeues the running thread at the back and runs the next.
 void yield_current();

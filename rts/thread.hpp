@@ -23,6 +23,7 @@
 namespace capstan::rts {
 
 struct Capability;
+struct Task;
 
 enum class ThreadState : std::uint8_t { runnable, running, blocked, finished };
 enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_spark, on_shutdown };
@@ -46,7 +47,10 @@ struct Thread {
   ThreadState state = ThreadState::runnable;
   WhyBlocked why = WhyBlocked::not_blocked;
   bool locked = false;             // fork_on or bound: never migrates
-  bool bound = false;              // run()'s main thread
+  bool bound = false;              // runs only on bound_task's OS thread
+  bool is_main = false;            // run()'s main thread (never killed at shutdown)
+  bool priority = false;           // returning from a safe call: front of the queue
+  Task* bound_task = nullptr;      // bound threads: the Task (OS thread) that runs them
   bool has_eh = false;             // eh holds saved state (inside a catch / unwinding)
   int saved_errno = 0;
   EhGlobals eh;

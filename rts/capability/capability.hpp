@@ -26,6 +26,14 @@ struct Task;
 // Bits of Capability::context_switch.  See Note [Requeue front or back].
 inline constexpr std::uint32_t kTimesliceExpired = 1;  // ticker: go to the back
 inline constexpr std::uint32_t kInterrupt = 2;         // stop-the-world: keep your place
+inline constexpr std::uint32_t kReturning = 4;         // a safe call returned: let it in first
+
+// Who holds a capability.  See Note [Handing over a capability].
+enum class Hold : std::uint8_t {
+  held,      // running_task holds it and is awake
+  sleeping,  // running_task holds it and is parked in idle()
+  free,      // nobody holds it; whoever CASes free -> held owns it
+};
 
 // A counter written only by its owner and read by anyone (statistics):
 // relaxed load+store, no read-modify-write, so no locked instruction.
@@ -41,7 +49,7 @@ struct alignas(64) Capability {
   // --- owner state ---------------------------------------------------------
   RunQueue run_queue;              // [owner]
   Thread* current = nullptr;       // [owner] the running green thread, null in the scheduler
-  Task* running_task = nullptr;    // [owner] (set before the Task starts)
+  Thread* handoff = nullptr;       // [owner] picked, but bound to another Task: hand over
   StackPool stacks;                // [owner]
   ThreadCache threads;             // [owner] recycled Thread objects
   std::int64_t backlog_since_ns = 0;  // [owner] Note [Pushing work]: 0 = no backlog seen
@@ -60,7 +68,8 @@ struct alignas(64) Capability {
   alignas(64) Inbox inbox;                     // [atomic] see inbox.hpp
   std::atomic<std::uint32_t> context_switch{0};  // [atomic] ticker/interrupters set, owner clears
   std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
-  std::atomic<bool> sleeping{false};           // [atomic] Note [Sleeping capabilities]
+  std::atomic<Hold> hold{Hold::held};          // [atomic] Note [Handing over a capability]
+  std::atomic<Task*> running_task{nullptr};    // [holder writes; anyone reads to unpark it]
   std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
 
   // Sparks: see Note [Spark pools] in sparks/sparks.cpp.
@@ -75,6 +84,11 @@ struct alignas(64) Capability {
   unsigned steal_batch_n = 0;
   detail::spark_base* backlog[kStealBatch] = {};      // [owner] stolen, not yet run
   unsigned backlog_n = 0;                             // [owner]
+
+  // Spare Tasks parked until given this capability.
+  SpinLock spare_lock;
+  Task* spares = nullptr;   // [lock:spare_lock]
+  unsigned n_spares = 0;    // [lock:spare_lock]
 
   // All live threads whose home is this capability (for shutdown).
   SpinLock all_lock;

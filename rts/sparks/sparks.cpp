@@ -296,11 +296,11 @@ void start_spark_thread(Capability* cap, spark_base* first) {
 // has not reached its futex yet still wakes.
 void spark_wake_one() noexcept {
   for (Capability* c : rt.caps) {
-    if (!c->sleeping.load(std::memory_order_relaxed)) continue;
+    if (c->hold.load(std::memory_order_relaxed) != Hold::sleeping) continue;
     bool expected = false;
     if (c->spark_wake.load(std::memory_order_relaxed)) return;  // one is on its way
     if (c->spark_wake.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
-      c->running_task->parker.unpark();
+      c->running_task.load(std::memory_order_acquire)->parker.unpark();
       return;
     }
   }

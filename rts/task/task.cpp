@@ -2,6 +2,7 @@
 #include "task.hpp"
 
 #include "../capability/capability.hpp"
+#include "../sanitizer.hpp"
 
 #include <pthread.h>
 
@@ -42,6 +43,10 @@ void bind_task_to_this_os_thread(Task* t) {
     t->native_stack_size = size;
     pthread_attr_destroy(&attr);
   }
+}
+
+void init_task_sanitizer_state(Task* t) {
+  if (san::tsan()) t->tsan_fiber = __tsan_get_current_fiber();
 }
 
 }  // namespace capstan::rts

@@ -1,10 +1,20 @@
 // task.hpp - Task: an OS thread known to the runtime (GHC's Task).
 //
-// Each capability has one worker Task (the OS thread that called run() is
-// capability 0's).  A Task has its own native "scheduler context": the stack
-// it started on, where schedule() loops.  Green threads switch among
-// themselves directly and fall back to the scheduler context only when their
-// capability has nothing else to run.
+// A Task holds at most one capability at a time, and a capability is held
+// by at most one Task (Capability::running_task).  Kinds of Task:
+//   main     - the OS thread that called run(); serves the bound main thread;
+//   worker   - made by the runtime: one per capability at start, and spares
+//              that take a capability over while its Task is in a safe call;
+//   os_bound - made by fork_os for one bound green thread;
+//   foreign  - an OS thread that entered through call_in (or a Task nested
+//              inside its own safe call), for one bound in-call thread.
+// Every kind runs green threads while it holds a capability - a bound
+// Task runs unbound threads too (Note [Bound threads] in scheduler.cpp).
+// A Task has its own native "scheduler context": the stack it entered
+// schedule() on.  Green threads switch among themselves directly and fall
+// back to the scheduler context only when their capability has nothing else
+// to run for this Task.  Handing capabilities between Tasks: see Note
+// [Handing over a capability] in task/handover.cpp.
 //
 // Note [TLS across a switch]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -25,6 +35,7 @@
 
 #include "../parker.hpp"
 #include "../thread.hpp"
+#include "../thread_pool.hpp"
 
 namespace capstan::detail {
 class mvar_core;
@@ -42,15 +53,33 @@ struct PostSwitch {
   std::atomic<bool>* unlock = nullptr;       // a lock word to release after the blocker's context is saved
   Thread* migrant = nullptr;                 // send to migrate_to's inbox once off its stack
   Capability* migrate_to = nullptr;
+  bool migrant_priority = false;             // a thread returning from a safe call
 };
 
+enum class TaskKind : std::uint8_t { main, worker, os_bound, foreign };
+
 struct Task {
-  Capability* cap = nullptr;     // the capability this Task runs
+  Capability* cap = nullptr;     // [owner] the capability held, or null
   void* sched_sp = nullptr;      // saved scheduler (native) context
   PostSwitch post;               // written by the leaving side, run by the landing side
-  Parker parker;                 // sleeps here when idle
-  std::thread os_thread;         // workers only
-  bool is_worker = false;
+  Parker parker;                 // sleeps here when idle, spare, or waiting for a capability
+  TaskKind kind = TaskKind::worker;
+
+  // --- hand-over (Note [Handing over a capability]) ------------------------
+  std::atomic<bool> handed{false};  // [atomic] giver: release after the two below
+  Capability* handed_cap = nullptr;  // [giver writes, then this Task reads]
+  Thread* handed_thread = nullptr;   // run first (a thread bound to this Task), or null
+  Capability* last_cap = nullptr;    // [owner] capability held last (spare of / in-call hint)
+  Task* next_spare = nullptr;        // [lock: last_cap->spare_lock]
+
+  // --- bound threads (Note [Bound threads]) --------------------------------
+  Thread* bound_thread = nullptr;  // [owner] the bound thread this Task serves, while it lives
+  bool bound_done = false;         // [owner] it finished: leave schedule()
+  // The green thread whose safe call this Task is running, or null: read by
+  // shutdown (relaxed) to wait for foreign calls.  Note [Shutdown].
+  std::atomic<Thread*> in_safe_call{nullptr};
+  ThreadCache threads;             // [owner] Thread objects for in-call threads
+  std::uint64_t next_id = 0, id_end = 0;  // [owner] ids for in-call threads
 
   // Cached per-OS-thread locations (valid: a Task never changes OS thread).
   int* errno_loc = nullptr;
@@ -94,5 +123,7 @@ inline void* stack_pointer() noexcept {
 
 // Fills in the per-OS-thread caches of a Task running on the calling thread.
 void bind_task_to_this_os_thread(Task* t);
+// Records the sanitizer state (TSan fiber) of the calling thread's context.
+void init_task_sanitizer_state(Task* t);
 
 }  // namespace capstan::rts

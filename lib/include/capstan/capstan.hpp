@@ -1,7 +1,9 @@
-// capstan.hpp - everything: green threads, MVars, options, statistics.
+// capstan.hpp - everything: green threads, MVars, sparks, foreign calls, options,
+// statistics.
 #pragma once
 
 #include "capstan/errors.hpp"
+#include "capstan/foreign.hpp"
 #include "capstan/mvar.hpp"
 #include "capstan/options.hpp"
 #include "capstan/run.hpp"

@@ -23,7 +23,7 @@ namespace detail {
 struct safe_call_frame {
   void* task = nullptr;
   void* thread = nullptr;
-  unsigned long long gen = 0;
+  void* cap = nullptr;
 };
 void safe_call_enter(safe_call_frame& f);
 // safe_call_leave gets the capability back; `f_threw` says whether f threw
@@ -32,7 +32,6 @@ void safe_call_leave(safe_call_frame& f, bool f_threw);
 // call_in_raw runs fn(ctx) as a bound green thread and waits for it; fn
 // must not throw (the template wrapper catches everything).
 void call_in_raw(void (*fn)(void*), void* ctx);
-inline constexpr int kBoundOsThread = -2;
 }  // namespace detail
 
 // safe_call runs f() on the calling OS thread after releasing the capability,

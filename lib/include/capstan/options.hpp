@@ -27,6 +27,10 @@ struct options {
   // par() beyond that overflows: the spark is dropped and get() runs it
   // inline.  +RTS -e<n>, default 4096 as GHC.
   std::size_t spark_pool_size = 4096;
+  // Spare Tasks (OS threads) kept per capability for safe calls; more exit
+  // when they fall idle.  +RTS --spare-tasks=<n>, default 6 as GHC's
+  // MAX_SPARE_WORKERS.
+  unsigned max_spare_tasks = 6;
 
   // parse returns the defaults updated first by the CAPSTAN_RTS environment
   // variable, then by every `+RTS ... -RTS` group in argv, which it removes

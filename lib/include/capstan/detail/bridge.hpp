@@ -11,6 +11,7 @@
 namespace capstan::detail {
 
 inline constexpr int kAnyCapability = -1;
+inline constexpr int kBoundOsThread = -2;  // fork_os
 
 // How the runtime runs and destroys a closure stored inside a thread.
 struct closure_ops {

@@ -1,0 +1,131 @@
+// safe_call.cpp - safe foreign calls: the capability is released while the
+// calling OS thread runs foreign code (GHC's suspendThread/resumeThread).
+//
+// Policy.  Entering a safe call releases the capability *lazily*: if the
+// capability has nothing else to run, it is only marked free (one seq_cst
+// store), and the caller takes it back on return with one CAS - no other
+// OS thread is involved.  If it has work (runnable threads, sparks), or
+// work arrives while the call is in progress (Note [Handing over a
+// capability]: whoever sends it claims the free capability), a spare Task
+// takes the capability over (task/handover.cpp).  This is GHC's
+// releaseCapability_ (which starts a worker only if there is work) with Go's
+// cheap exitsyscall fast path.
+//
+// Rejected: waking a spare at every call (GHC when work is queued, and our
+// first version): a futex wake-up (5-25 us here) per call.  Go's sysmon
+// retaking a P after 20 us: needs a monitor thread polling, and a thread
+// woken meanwhile would wait for it.
+//
+// Note [Returning from a safe call]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// If the capability is still free when the call returns, the caller claims
+// it and goes on.  Otherwise another Task holds it, and the caller must get
+// back in with priority over ordinary scheduling (GHC's returning_tasks):
+//  * an unbound thread need not continue on this OS thread: it switches to
+//    its Task's scheduler context, whose after_switch queues it on the
+//    capability's inbox marked `priority` and sets kReturning in the
+//    capability's context_switch word.  The holder's next safe point (or
+//    scheduling decision) drains the inbox putting it at the *front*, and
+//    runs it; the interrupted thread keeps its place right behind it.  The
+//    caller's Task becomes a spare (or exits, if the capability has enough).
+//  * a bound thread must continue here: the Task queues the thread the same
+//    way, as a token, and waits.  The holder that picks it sees it is bound
+//    to another Task and gives the capability to this one (Note [Bound
+//    threads]), which continues the thread where it stands.
+// No wake-up is lost: the inbox push + notify_capability is the protocol of
+// Note [Sleeping capabilities] / [Handing over a capability] (a sleeping
+// holder is unparked, a free capability is claimed and passed to a spare),
+// and the waiting Task is given the capability by give(), whose `handed`
+// flag and sticky Parker survive any interleaving.  Latency: the returner
+// waits for the holder's next safe point, not for a tick (GHC waits ~14 ms
+// here for the tick that makes the holder yield).
+#include <cerrno>
+
+#include "../runtime.hpp"
+#include "../scheduler.hpp"
+#include "../task/handover.hpp"
+#include "capstan/foreign.hpp"
+#include "capstan/spark.hpp"
+
+namespace capstan::detail {
+
+using namespace capstan::rts;
+
+namespace {
+
+[[gnu::noinline]] void return_slow(Task* task, Capability* cap, Thread* cur) {
+  cur->cap = cap;
+  cur->state = ThreadState::runnable;
+  if (cur->bound_task == task) {
+    // Bound: queue it as a token and wait to be given the capability.
+    cur->priority = true;
+    cap->inbox.push(cur);
+    cap->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
+    notify_capability(cap);
+    if (!wait_for_capability(task)) {
+      // The runtime stopped with us still queued: impossible, as shutdown
+      // waits for threads in safe calls, and we count as one until given.
+      std::abort();
+    }
+    task->handed_thread = nullptr;
+    task->in_safe_call.store(nullptr, std::memory_order_relaxed);
+    Capability* c = task->cap;
+    c->current = cur;
+    cur->state = ThreadState::running;
+    return;
+  }
+  // Unbound: leave through our scheduler context, which queues us.
+  task->in_safe_call.store(nullptr, std::memory_order_relaxed);
+  task->post.migrant = cur;
+  task->post.migrate_to = cap;
+  task->post.migrant_priority = true;
+  switch_to_scheduler_capless(task, cur);
+  // --- resumed by whichever Task holds the capability now ---
+}
+
+}  // namespace
+
+void safe_call_enter(safe_call_frame& f) {
+  Task* task = my_task();
+  if (!task || !task->cap || !task->cap->current) [[unlikely]]
+    require_green_thread("capstan::safe_call");
+  Thread* cur = task->cap->current;
+  if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] {
+    check_killed(cur);  // a safe point: may switch and throw
+    task = my_task();
+  }
+  Capability* cap = task->cap;
+  f.task = task;
+  f.thread = cur;
+  f.cap = cap;
+  task->in_safe_call.store(cur, std::memory_order_relaxed);
+  cap->current = nullptr;
+  task->cap = nullptr;
+  tl_spark_pool = nullptr;
+  if (!cap->run_queue.empty() || cap->sparks.size() != 0 || cap->backlog_n != 0) [[unlikely]] {
+    release_to_spare(cap);  // work waits: let a spare run it now
+    return;
+  }
+  // Lazy release; see Note [Handing over a capability] for the hand-shake.
+  cap->hold.store(Hold::free, std::memory_order_seq_cst);
+  if (cap->inbox.nonempty_seq_cst() && try_claim(cap)) [[unlikely]] release_to_spare(cap);
+}
+
+void safe_call_leave(safe_call_frame& f, bool f_threw) {
+  auto* task = static_cast<Task*>(f.task);  // same OS thread: nothing switched
+  auto* cur = static_cast<Thread*>(f.thread);
+  auto* cap = static_cast<Capability*>(f.cap);
+  if (try_claim(cap)) [[likely]] {
+    task->in_safe_call.store(nullptr, std::memory_order_relaxed);
+    take_capability(task, cap);
+    cap->current = cur;
+  } else {
+    int saved = errno;  // f's errno belongs to the thread, wherever it resumes
+    return_slow(task, cap, cur);
+    errno = saved;
+  }
+  if (!f_threw && rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]]
+    check_killed(cur);  // Note [Shutdown]: a call returning during shutdown
+}
+
+}  // namespace capstan::detail

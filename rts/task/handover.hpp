@@ -1,0 +1,46 @@
+// handover.hpp - moving capabilities between Tasks, and the spare Tasks
+// that take one over while its Task is in a safe call.
+// See Note [Handing over a capability] in handover.cpp.
+#pragma once
+
+#include "../capability/capability.hpp"
+#include "task.hpp"
+
+namespace capstan::rts {
+
+// give passes `cap`, which the caller holds (or has just claimed), to `to`,
+// which must be waiting in wait_for_capability; `first` (a thread bound to
+// `to`, or null) is what it runs first.  The caller must not touch cap after.
+void give(Task* to, Capability* cap, Thread* first) noexcept;
+
+// wait_for_capability parks the capless `task` until someone gives it a
+// capability (then task->cap is set; returns true) or the runtime stops
+// (returns false).
+bool wait_for_capability(Task* task) noexcept;
+
+// release_to_spare passes `cap`, which the caller holds, to a spare Task of
+// cap (waking one, or starting a new OS thread) so its work goes on.
+void release_to_spare(Capability* cap) noexcept;
+
+// release_capability gives up the capability `task` holds for good: to the
+// Task a runnable bound thread needs, to a spare if there is work, else it
+// becomes free.
+void release_capability(Task* task) noexcept;
+
+// try_claim takes a free capability: true if the caller now holds it.
+bool try_claim(Capability* cap) noexcept;
+
+// become_spare files the capless worker `task` as a spare of its last
+// capability; false if that capability has enough spares (the worker exits).
+bool become_spare(Task* task) noexcept;
+
+// new_task returns a Task of `kind` for this run (reusing a retired one).
+Task* new_task(TaskKind kind);
+// start_os_thread runs body(task) on a new OS thread, counted in
+// rt.os_threads; on exit the Task is retired.  Throws std::system_error.
+void start_os_thread(Task* task, void (*body)(Task*));
+
+// Installs `task` on the calling OS thread as holder of `cap`.
+void take_capability(Task* task, Capability* cap) noexcept;
+
+}  // namespace capstan::rts

@@ -1,0 +1,112 @@
+// in_call_test.cpp - call_in from foreign OS threads and from C code inside
+// safe_call; exceptions through both; errors outside a running runtime.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "../../capstan_test.hpp"
+
+using namespace capstan;
+using capstan_test::WithCaps;
+
+namespace {
+
+long tid() { return syscall(SYS_gettid); }
+
+class InCall : public WithCaps {};
+
+TEST_P(InCall, FromAForeignThread) {
+  run([] {
+    mvar<int> box;
+    box.put(10);
+    safe_call([&] {
+      std::thread foreign([&] {
+        long me = tid();
+        int r = call_in([&] {
+          EXPECT_TRUE(is_bound());
+          EXPECT_EQ(tid(), me) << "an in-call runs on the calling OS thread";
+          int v = box.take();
+          yield();
+          box.put(v + 1);
+          return v * 2;
+        });
+        EXPECT_EQ(r, 20);
+        EXPECT_THROW(call_in([]() -> int { throw std::logic_error("from the in-call"); }),
+                     std::logic_error);
+        call_in([] {});  // void
+      });
+      foreign.join();
+    });
+    EXPECT_EQ(box.take(), 11);
+  });
+}
+
+// C code called through safe_call calls back into the runtime, and the
+// callback blocks on an mvar served by an unbound thread meanwhile.
+TEST_P(InCall, NestedInsideSafeCall) {
+  run([] {
+    mvar<int> request, reply;
+    fork_io([&] {
+      for (int i = 0; i < 50; ++i) reply.put(request.take() + 1);
+    });
+    long me = tid();
+    int total = safe_call([&] {
+      int acc = 0;
+      for (int i = 0; i < 50; ++i) {
+        acc += call_in([&] {
+          EXPECT_EQ(tid(), me);
+          request.put(i);
+          return reply.take();
+        });
+      }
+      return acc;
+    });
+    EXPECT_EQ(total, 50 * 51 / 2);
+    EXPECT_EQ(tid(), me);
+    // An exception from the nested in-call crosses both boundaries.
+    EXPECT_THROW(safe_call([] { call_in([] { throw std::runtime_error("inner"); }); }),
+                 std::runtime_error);
+  });
+}
+
+// Many OS threads calling in at once (run under TSan in the concurrency suite).
+TEST_P(InCall, SixteenForeignThreadsAtOnce) {
+  constexpr int kThreads = 16;
+  const int kCalls = 400 / capstan_test::kScale;
+  run([&] {
+    mvar<long> counter;
+    counter.put(0);
+    safe_call([&] {
+      std::vector<std::thread> ts;
+      for (int t = 0; t < kThreads; ++t)
+        ts.emplace_back([&] {
+          for (int i = 0; i < kCalls; ++i) call_in([&] { counter.put(counter.take() + 1); });
+        });
+      for (auto& t : ts) t.join();
+    });
+    EXPECT_EQ(counter.take(), static_cast<long>(kThreads) * kCalls);
+  });
+  EXPECT_EQ(statistics().incall_threads, static_cast<std::uint64_t>(kThreads) * kCalls);
+  EXPECT_EQ(statistics().live_threads, 0u);
+}
+
+TEST(InCallMisuse, OutsideARunningRuntimeOrFromAGreenThread) {
+  try {
+    call_in([] {});
+    ADD_FAILURE() << "call_in before run did not throw";
+  } catch (const usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no runtime is running"), std::string::npos) << e.what();
+  }
+  run(capstan_test::opts(1), [] {
+    EXPECT_THROW(call_in([] {}), usage_error);  // a green thread: call it directly
+  });
+  EXPECT_THROW(call_in([] {}), usage_error);  // after run
+}
+
+CAPSTAN_INSTANTIATE_CAPS(InCall);
+
+}  // namespace
