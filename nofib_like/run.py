@@ -59,6 +59,9 @@ PROGRAMS = [
     ("heat", (512, 400), (128, 100)),      # n, steps
     ("bfs", (1_000_000, 16), (100_000, 16)),  # n, out-degree
     ("sieve", 2_000_000, 200_000),
+    # Foreign calls (issue 4).
+    ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
+    ("safecall", (5_000_000, 2), (500_000, 2)),
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -68,14 +71,17 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
            "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
            "sieve": "ms",
+           "safecall": "added_ns",
            }
 # Rows whose primary metric is not their program's, by (program, arguments
 # after the size).
 PRIMARY_BY_ARGS = {
+    ("safecall", ("2",)): "scaling",  # 2 green threads: calls/s vs 1 thread
 }
 # Metrics where higher is better; every other one is lower is better.
 HIGHER_IS_BETTER = {
     ("bfs", "ratio"),
+    ("safecall", "scaling"),
 }
 # Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
 SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
@@ -87,6 +93,7 @@ GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
 # the C functions its `foreign import`s call, and the pthreads that call its
 # `foreign export`s.  safecall's callee is the very file the C++ program links.
 TWIN_C_SOURCES = {
+    "safecall": ["ffi_nop.c"],
 }
 # Extra ghc flags per twin.
 TWIN_FLAGS = {
