@@ -62,6 +62,7 @@ PROGRAMS = [
     # Foreign calls (issue 4).
     ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
     ("safecall", (5_000_000, 2), (500_000, 2)),
+    ("overlap", 10, 3),                    # blocking 200 ms calls
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -72,6 +73,7 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
            "sieve": "ms",
            "safecall": "added_ns",
+           "overlap": "return_latency_us",
            }
 # Rows whose primary metric is not their program's, by (program, arguments
 # after the size).
@@ -82,6 +84,8 @@ PRIMARY_BY_ARGS = {
 HIGHER_IS_BETTER = {
     ("bfs", "ratio"),
     ("safecall", "scaling"),
+    ("overlap", "overlap_percent"),
+    ("overlap", "work_percent"),
 }
 # Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
 SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
@@ -94,9 +98,14 @@ GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
 # `foreign export`s.  safecall's callee is the very file the C++ program links.
 TWIN_C_SOURCES = {
     "safecall": ["ffi_nop.c"],
+    "overlap": ["haskell/overlap_stubs.c"],
 }
 # Extra ghc flags per twin.
 TWIN_FLAGS = {
+    # overlap's computing thread never allocates, so without
+    # -fno-omit-yields it would pass no safe point at all (the C++ program
+    # calls yield_point() instead).
+    "overlap": ["-fno-omit-yields"],
 }
 GHC_C_FLAGS = ["-optc-O2"]  # for the C files
 
