@@ -63,6 +63,7 @@ PROGRAMS = [
     ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
     ("safecall", (5_000_000, 2), (500_000, 2)),
     ("overlap", 10, 3),                    # blocking 200 ms calls
+    ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -74,6 +75,7 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "sieve": "ms",
            "safecall": "added_ns",
            "overlap": "return_latency_us",
+           "callback001": "ns_per_incall",
            }
 # Rows whose primary metric is not their program's, by (program, arguments
 # after the size).
@@ -99,6 +101,7 @@ GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
 TWIN_C_SOURCES = {
     "safecall": ["ffi_nop.c"],
     "overlap": ["haskell/overlap_stubs.c"],
+    "callback001": ["haskell/callback001_stubs.c"],
 }
 # Extra ghc flags per twin.
 TWIN_FLAGS = {
