@@ -64,6 +64,7 @@ PROGRAMS = [
     ("safecall", (5_000_000, 2), (500_000, 2)),
     ("overlap", 10, 3),                    # blocking 200 ms calls
     ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
+    ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -76,6 +77,7 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "safecall": "added_ns",
            "overlap": "return_latency_us",
            "callback001": "ns_per_incall",
+           "callback002": "ratio",
            }
 # Rows whose primary metric is not their program's, by (program, arguments
 # after the size).
@@ -102,6 +104,7 @@ TWIN_C_SOURCES = {
     "safecall": ["ffi_nop.c"],
     "overlap": ["haskell/overlap_stubs.c"],
     "callback001": ["haskell/callback001_stubs.c"],
+    "callback002": ["haskell/callback002_stubs.c"],
 }
 # Extra ghc flags per twin.
 TWIN_FLAGS = {
