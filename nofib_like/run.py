@@ -65,6 +65,7 @@ PROGRAMS = [
     ("overlap", 10, 3),                    # blocking 200 ms calls
     ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
     ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)
+    ("boundpingpong", 200_000, 20_000),
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -78,6 +79,7 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "overlap": "return_latency_us",
            "callback001": "ns_per_incall",
            "callback002": "ratio",
+           "boundpingpong": "ns_per_handoff",
            }
 # Rows whose primary metric is not their program's, by (program, arguments
 # after the size).
@@ -105,6 +107,7 @@ TWIN_C_SOURCES = {
     "overlap": ["haskell/overlap_stubs.c"],
     "callback001": ["haskell/callback001_stubs.c"],
     "callback002": ["haskell/callback002_stubs.c"],
+    "boundpingpong": ["haskell/boundpingpong_stubs.c"],
 }
 # Extra ghc flags per twin.
 TWIN_FLAGS = {
