@@ -13,13 +13,16 @@ The first key after n= (the program's first argument) is the primary
 metric, a number; any others are secondary: numbers, slash-separated number
 tuples such as sparks=<created>/<converted>/<overflowed>/<dud>/<gcd>/<fizzled>
 (medians are taken element by element), or "na".  All numeric metrics are "lower is
-better", except bfs's ratio (seq_ms / ms, a speed-up).  For the spark
+better", except those in HIGHER_IS_BETTER (e.g. bfs's ratio = seq_ms / ms,
+a speed-up).  For the spark
 programs the table also shows the speed-up of -N2 over -N1 (median at -N1 /
 median at -N2).  A program may appear several times with different
 arguments (e.g. parfib 32 2 and parfib 38 20); each is its own row.  The
 C++ programs live in <build-dir>/nofib_like/<prog>; the Haskell twins
 (nofib_like/haskell/*.hs) are compiled into <build-dir>/nofib_like/haskell/
-when ghc is available.
+when ghc is available; a twin that calls C (the foreign-call programs)
+is compiled together with the C files listed in TWIN_C_SOURCES, with the
+extra ghc flags of TWIN_FLAGS.
 
 A failed check, a crash, a timeout or a missing binary shows up as FAIL in
 the table, and makes the runner exit with status 1 after printing everything.
@@ -56,6 +59,13 @@ PROGRAMS = [
     ("heat", (512, 400), (128, 100)),      # n, steps
     ("bfs", (1_000_000, 16), (100_000, 16)),  # n, out-degree
     ("sieve", 2_000_000, 200_000),
+    # Foreign calls (issue 4).
+    ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
+    ("safecall", (5_000_000, 2), (500_000, 2)),
+    ("overlap", 10, 3),                    # blocking 200 ms calls
+    ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
+    ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)
+    ("boundpingpong", 200_000, 20_000),
 ]
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
@@ -64,13 +74,49 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "parked": "bytes_per_thread", "idle": "cpu_percent",
            "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
            "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
-           "sieve": "ms"}
+           "sieve": "ms",
+           "safecall": "added_ns",
+           "overlap": "return_latency_us",
+           "callback001": "ns_per_incall",
+           "callback002": "ratio",
+           "boundpingpong": "ns_per_handoff",
+           }
+# Rows whose primary metric is not their program's, by (program, arguments
+# after the size).
+PRIMARY_BY_ARGS = {
+    ("safecall", ("2",)): "scaling",  # 2 green threads: calls/s vs 1 thread
+}
+# Metrics where higher is better; every other one is lower is better.
+HIGHER_IS_BETTER = {
+    ("bfs", "ratio"),
+    ("safecall", "scaling"),
+    ("overlap", "overlap_percent"),
+    ("overlap", "work_percent"),
+}
 # Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
 SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
                   "heat", "bfs", "sieve"}
 CAPS = (1, 2)
 MIN_REPS = {"pingpong": 7}  # noisy: never fewer repetitions than this
 GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
+# C files (relative to nofib_like/) that ghc compiles and links into a twin:
+# the C functions its `foreign import`s call, and the pthreads that call its
+# `foreign export`s.  safecall's callee is the very file the C++ program links.
+TWIN_C_SOURCES = {
+    "safecall": ["ffi_nop.c"],
+    "overlap": ["haskell/overlap_stubs.c"],
+    "callback001": ["haskell/callback001_stubs.c"],
+    "callback002": ["haskell/callback002_stubs.c"],
+    "boundpingpong": ["haskell/boundpingpong_stubs.c"],
+}
+# Extra ghc flags per twin.
+TWIN_FLAGS = {
+    # overlap's computing thread never allocates, so without
+    # -fno-omit-yields it would pass no safe point at all (the C++ program
+    # calls yield_point() instead).
+    "overlap": ["-fno-omit-yields"],
+}
+GHC_C_FLAGS = ["-optc-O2"]  # for the C files
 
 
 class RunError(Exception):
@@ -185,14 +231,18 @@ def build_twin(prog, out_dir):
     """Compile haskell/<prog>.hs if the binary is missing or older.
     Return the binary's path; raise RunError if compilation fails."""
     src = HERE / "haskell" / f"{prog}.hs"
+    c_srcs = [HERE / c for c in TWIN_C_SOURCES.get(prog, [])]
     exe = out_dir / prog
-    if not src.exists():
-        raise RunError(f"missing {src}")
-    if exe.exists() and exe.stat().st_mtime >= src.stat().st_mtime:
+    for s in [src] + c_srcs:
+        if not s.exists():
+            raise RunError(f"missing {s}")
+    if exe.exists() and all(exe.stat().st_mtime >= s.stat().st_mtime
+                            for s in [src] + c_srcs):
         return exe
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = ["ghc", *GHC_FLAGS, "-outputdir", str(out_dir / f"{prog}.o.d"),
-           "-o", str(exe), str(src)]
+    flags = GHC_FLAGS + TWIN_FLAGS.get(prog, []) + (GHC_C_FLAGS if c_srcs else [])
+    cmd = ["ghc", *flags, "-outputdir", str(out_dir / f"{prog}.o.d"),
+           "-o", str(exe), str(src), *map(str, c_srcs)]
     print("  " + shlex.join(cmd), file=sys.stderr)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -268,7 +318,8 @@ def table_rows(cells, have_ghc, with_speedup):
         keys = []
         for results, _ in (cap, ghc):
             keys += [k for k in (results[0] if results else []) if k not in keys]
-        primary = keys[0] if keys else PRIMARY[prog]
+        primary = keys[0] if keys else PRIMARY_BY_ARGS.get((prog, args[1:]),
+                                                            PRIMARY[prog])
 
         cap_range = "FAIL" if cap[1] else "-"
         if median(cap, primary) is not None:
@@ -433,7 +484,8 @@ def main():
             f"sizes: {sizes}",
             "- ghc twins: " + (f"ghc {command_output(['ghc', '--numeric-version'])}"
                                if have_ghc else "not run") + "; "
-            "all metrics lower is better (but bfs's ratio = seq_ms / ms); "
+            "all metrics lower is better but "
+            + ", ".join(f"{p}'s {m}" for p, m in sorted(HIGHER_IS_BETTER)) + "; "
             "capstan/ghc = capstan median / ghc median"
             + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else ""),
             "",
