@@ -108,6 +108,17 @@ inline void after_switch(PostSwitch* p) {
     // The blocked thread is off its stack: others may wake it now.
     lock->store(false, std::memory_order_release);
   }
+  if (p->release_cap) [[unlikely]] {
+    // Note [Unbound threads on a bound Task]: we are in the scheduler
+    // context of a bound Task; the thread that left waits at the front.
+    p->release_cap = false;
+    Task* task = my_task();
+    Capability* cap = task->cap;
+    task->cap = nullptr;
+    cap->current = nullptr;
+    detail::tl_spark_pool = nullptr;
+    release_to_spare(cap);
+  }
   if (Thread* t = p->migrant) [[unlikely]] {
     p->migrant = nullptr;
     Capability* target = p->migrate_to;
@@ -651,6 +662,14 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
 // giving its capability up (release_capability).
 void switch_to_scheduler_capless(Task* task, Thread* cur) {
   switch_to(task, nullptr, cur, nullptr, false);
+}
+
+void move_off_bound_task(Task* task, Thread* cur) {
+  Capability* cap = task->cap;
+  cur->state = ThreadState::runnable;
+  cap->run_queue.push_front(cur);
+  task->post.release_cap = true;
+  switch_to(task, cap, cur, nullptr, false);
 }
 
 Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,

@@ -38,6 +38,12 @@ void schedule(Task* task);
 // `task`, which holds no capability (a safe call returning the slow way).
 void switch_to_scheduler_capless(Task* task, Thread* cur);
 
+// move_off_bound_task: `cur`, an unbound thread running on the bound Task
+// `task`, continues on a spare Task of the same capability (it goes first);
+// `task` waits for its own bound thread.  See Note [Unbound threads on a
+// bound Task] in foreign/safe_call.cpp.
+void move_off_bound_task(Task* task, Thread* cur);
+
 // create_incall_thread makes a thread bound to `task`, homed on `home`,
 // for call_in (the caller need not hold a capability).
 Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,

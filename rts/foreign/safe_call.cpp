@@ -39,6 +39,19 @@
 // flag and sticky Parker survive any interleaving.  Latency: the returner
 // waits for the holder's next safe point, not for a tick (GHC waits ~14 ms
 // here for the tick that makes the holder yield).
+//
+// Note [Unbound threads on a bound Task]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A bound Task runs unbound threads while its own thread is blocked (Note
+// [Bound threads]).  But it must not lend its OS thread to an unbound
+// thread's safe call: the call may block for as long as it likes, and the
+// bound thread - which can run nowhere else - would wait for it (main
+// stuck behind a forked thread's read()).  So an unbound thread that enters
+// a safe call on a bound Task first moves to a spare Task of the same
+// capability, at the front of the queue (one OS hand-off), and makes its
+// call there; the bound Task waits for its own thread.  This also keeps the
+// invariant that a Task inside a safe call is never given a capability for
+// anything but its own returning thread.
 #include <cerrno>
 
 #include "../runtime.hpp"
@@ -93,6 +106,10 @@ void safe_call_enter(safe_call_frame& f) {
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] {
     check_killed(cur);  // a safe point: may switch and throw
     task = my_task();
+  }
+  if (task->bound_thread && task->bound_thread != cur) [[unlikely]] {
+    move_off_bound_task(task, cur);  // See Note [Unbound threads on a bound Task]
+    task = my_task();                // a worker's
   }
   Capability* cap = task->cap;
   f.task = task;

@@ -54,6 +54,7 @@ struct PostSwitch {
   Thread* migrant = nullptr;                 // send to migrate_to's inbox once off its stack
   Capability* migrate_to = nullptr;
   bool migrant_priority = false;             // a thread returning from a safe call
+  bool release_cap = false;                  // pass the capability to a spare (safe_call.cpp)
 };
 
 enum class TaskKind : std::uint8_t { main, worker, os_bound, foreign };

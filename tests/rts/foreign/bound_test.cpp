@@ -123,6 +123,35 @@ TEST_P(Bound, ManyForkOsThreadsFinish) {
   EXPECT_EQ(statistics().os_threads, 0u);
 }
 
+// Note [Unbound threads on a bound Task]: an unbound thread that happens to
+// run on main's OS thread and blocks in a safe call must not keep main from
+// running (main can run nowhere else).
+TEST_P(Bound, UnboundSafeCallDoesNotHoldMainsOsThread) {
+  run([] {
+    std::atomic<bool> in_call{false}, release{false};
+    mvar<int> wake_main, u_done;
+    fork_io([&] {
+      safe_call([&] {
+        in_call = true;
+        auto start = std::chrono::steady_clock::now();
+        while (!release.load() && std::chrono::steady_clock::now() - start < 10s)
+          std::this_thread::sleep_for(100us);
+      });
+      u_done.put(1);
+    });
+    fork_io([&] {
+      while (!in_call.load()) yield();
+      wake_main.put(1);
+    });
+    wake_main.take();
+    EXPECT_FALSE(release.load());
+    bool still_in_call = in_call.load();
+    release = true;
+    u_done.take();
+    EXPECT_TRUE(still_in_call);
+  });
+}
+
 CAPSTAN_INSTANTIATE_CAPS(Bound);
 
 }  // namespace
