@@ -61,7 +61,7 @@ PROGRAMS = [
     ("sieve", 2_000_000, 200_000),
     # Foreign calls (issue 4).
     ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
-    ("safecall", (5_000_000, 2), (500_000, 2)),
+    ("safecall", (20_000_000, 2), (2_000_000, 2)),  # long enough for the OS to spread the threads
     ("overlap", 10, 3),                    # blocking 200 ms calls
     ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
     ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)

@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "parker.hpp"
+#include "task/handover.hpp"
 #include "runtime.hpp"
 #include "scheduler.hpp"
 #include "sparks/sparks.hpp"
@@ -72,6 +73,12 @@ void Ticker::loop() {
         }
       }
     }
+    // Note [Lazy release]: work that reached a free capability through the
+    // narrow race window of a safe call's release is picked up here.
+    for (Capability* c : rt.caps)
+      if (c->hold.load(std::memory_order_seq_cst) == Hold::free && c->inbox.nonempty_seq_cst() &&
+          try_claim(c))
+        release_to_spare(c);
     bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;
     if (expire) slice_ticks = 0;
     bool any_busy = false;

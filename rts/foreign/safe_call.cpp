@@ -40,6 +40,23 @@
 // waits for the holder's next safe point, not for a tick (GHC waits ~14 ms
 // here for the tick that makes the holder yield).
 //
+// Note [Lazy release]
+// ~~~~~~~~~~~~~~~~~~~
+// The release at a safe call's entry is a *release* store, not the seq_cst
+// store of Note [Handing over a capability]: a locked instruction costs
+// ~10 ns on this machine, and a safe call already pays one for the CAS that
+// takes the capability back.  Without the store-load order, a sender's load
+// of `hold` may still read `held` while our store sits in the store buffer,
+// and our check of the inbox may miss its push: the work would wait for the
+// call to return.  The window is the store buffer's drain time (tens of
+// ns), and the ticker closes it: every tick it claims any free capability
+// whose inbox is non-empty (ticker.cpp), so such work waits at most one
+// tick (<= 10 ms), never indefinitely; the ticker never parks while a
+// capability is in a safe call (it is not idle).  Everything else that
+// releases a capability (release_capability) uses the seq_cst hand-shake.
+// This is Go's trade (sysmon retakes Ps in syscalls), with the common case
+// handled without waiting for the monitor at all.
+//
 // Note [Unbound threads on a bound Task]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A bound Task runs unbound threads while its own thread is blocked (Note
@@ -123,9 +140,9 @@ void safe_call_enter(safe_call_frame& f) {
     release_to_spare(cap);  // work waits: let a spare run it now
     return;
   }
-  // Lazy release; see Note [Handing over a capability] for the hand-shake.
-  cap->hold.store(Hold::free, std::memory_order_seq_cst);
-  if (cap->inbox.nonempty_seq_cst() && try_claim(cap)) [[unlikely]] release_to_spare(cap);
+  // Lazy release: Note [Lazy release].
+  cap->hold.store(Hold::free, std::memory_order_release);
+  if (cap->inbox.maybe_nonempty() && try_claim(cap)) [[unlikely]] release_to_spare(cap);
 }
 
 void safe_call_leave(safe_call_frame& f, bool f_threw) {

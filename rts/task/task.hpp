@@ -59,7 +59,7 @@ struct PostSwitch {
 
 enum class TaskKind : std::uint8_t { main, worker, os_bound, foreign };
 
-struct Task {
+struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   Capability* cap = nullptr;     // [owner] the capability held, or null
   void* sched_sp = nullptr;      // saved scheduler (native) context
   PostSwitch post;               // written by the leaving side, run by the landing side
