@@ -1,8 +1,11 @@
-// capstan.hpp - everything: green threads, MVars, options, statistics.
+// capstan.hpp - everything: green threads, MVars, sleeping and fd waits,
+// sockets, options, statistics.
 #pragma once
 
 #include "capstan/errors.hpp"
+#include "capstan/io.hpp"
 #include "capstan/mvar.hpp"
+#include "capstan/net.hpp"
 #include "capstan/options.hpp"
 #include "capstan/run.hpp"
 #include "capstan/spark.hpp"
