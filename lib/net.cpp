@@ -30,6 +30,7 @@
 #include <utility>
 
 #include "capstan/detail/bridge.hpp"
+#include "capstan/thread.hpp"
 #include "../rts/io/io_manager.hpp"
 #include "../rts/scheduler.hpp"
 
@@ -51,6 +52,35 @@ bool on_green_thread() {
 
 void close_socket(int fd) {
   if (on_green_thread()) rts::io_close_fd(fd); else rts::io_close_fd_nowait(fd);
+}
+
+// Note [Retry before registering]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A wait through the IO manager costs a queue push, an eventfd write, two
+// or three epoll_ctl calls on the IO thread and a cross-thread wake-up.  On
+// a busy server, the data a connection waits for (the client's next
+// request) usually arrives while the capability runs its other
+// connections.  So on the first EAGAIN of an operation, if other threads
+// are runnable on this capability, the thread yields to them and retries
+// the system call once; only a second EAGAIN (or an idle capability) parks
+// it in the IO manager.  At most one extra system call per wait, and no
+// spinning: a thread never yields twice for one operation.  (GHC always
+// registers, but its registration is an epoll_ctl from the calling thread.)
+bool others_runnable() {
+  rts::Task* t = rts::my_task();
+  return t && t->cap && t->cap->current &&
+         (!t->cap->run_queue.empty() || t->cap->inbox.maybe_nonempty());
+}
+
+// wait_ready parks until fd may be ready again: Note [Retry before registering].
+void wait_ready(int fd, bool writable, bool& retried, const char* what) {
+  if (!retried && others_runnable()) {
+    retried = true;
+    capstan::yield();
+    return;
+  }
+  retried = false;
+  rts::io_wait_fd(fd, writable, -1, what, /*sticky=*/true);
 }
 
 void set_nodelay(int fd) {
@@ -108,6 +138,7 @@ connection::~connection() {
 std::size_t connection::read(void* buf, std::size_t n) {
   if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
                                        "capstan::net::connection::read: connection is closed");
+  bool retried = false;
   for (;;) {
     long k = sys_result(::read(fd_, buf, n));
     if (k >= 0) {
@@ -117,7 +148,7 @@ std::size_t connection::read(void* buf, std::size_t n) {
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
       fail(static_cast<int>(-k), fmt::format("capstan::net::connection::read(fd {})", fd_));
-    rts::io_wait_fd(fd_, false, -1, "capstan::net::connection::read", /*sticky=*/true);
+    wait_ready(fd_, false, retried, "capstan::net::connection::read");
   }
 }
 
@@ -125,6 +156,7 @@ void connection::write_all(const void* buf, std::size_t n) {
   if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
                                        "capstan::net::connection::write_all: connection is closed");
   auto* p = static_cast<const char*>(buf);
+  bool retried = false;
   while (n > 0) {
     long k = sys_result(::send(fd_, p, n, MSG_NOSIGNAL));
     if (k >= 0) {
@@ -135,7 +167,7 @@ void connection::write_all(const void* buf, std::size_t n) {
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
       fail(static_cast<int>(-k), fmt::format("capstan::net::connection::write_all(fd {})", fd_));
-    rts::io_wait_fd(fd_, true, -1, "capstan::net::connection::write_all", /*sticky=*/true);
+    wait_ready(fd_, true, retried, "capstan::net::connection::write_all");
   }
   detail::safe_point();
 }
@@ -226,6 +258,7 @@ connection listener::accept() {
   const char* what = "capstan::net::listener::accept";
   if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
                                        fmt::format("{}: listener is closed", what));
+  bool retried = false;
   for (;;) {
     long fd = sys_result(::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (fd >= 0) {
@@ -237,7 +270,7 @@ connection listener::accept() {
     if (fd == -EINTR || fd == -ECONNABORTED || fd == -EPROTO) continue;
     if (fd != -EAGAIN && fd != -EWOULDBLOCK)
       fail(static_cast<int>(-fd), fmt::format("{}(fd {})", what, fd_));
-    rts::io_wait_fd(fd_, false, -1, what, /*sticky=*/true);
+    wait_ready(fd_, false, retried, what);
   }
 }
 
