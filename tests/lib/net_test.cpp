@@ -224,6 +224,10 @@ TEST_P(Net, ShutdownWithConnectionsBlockedInRead) {
       });
     }
     capstan::sleep_for(50ms);
+    // The accept thread uses our locals: stop it before they go.  The
+    // connection threads stay parked in read.
+    l.close();
+    stopped.take();
   });
   EXPECT_EQ(capstan::statistics().threads_abandoned, 0u);
 }
