@@ -13,7 +13,9 @@ The first key after n= (the program's first argument) is the primary
 metric, a number; any others are secondary: numbers, slash-separated number
 tuples such as sparks=<created>/<converted>/<overflowed>/<dud>/<gcd>/<fizzled>
 (medians are taken element by element), or "na".  All numeric metrics are "lower is
-better", except bfs's ratio (seq_ms / ms, a speed-up).  For the spark
+better", except bfs's ratio (seq_ms / ms, a speed-up) and http's req_per_s.
+`http` runs nofib_like/http.py (wrk against examples/http_hello, or the
+Warp twin haskell/http_warp.hs when ghc has the warp package).  For the spark
 programs the table also shows the speed-up of -N2 over -N1 (median at -N1 /
 median at -N2).  A program may appear several times with different
 arguments (e.g. parfib 32 2 and parfib 38 20); each is its own row.  The
@@ -56,7 +58,18 @@ PROGRAMS = [
     ("heat", (512, 400), (128, 100)),      # n, steps
     ("bfs", (1_000_000, 16), (100_000, 16)),  # n, out-degree
     ("sieve", 2_000_000, 200_000),
+    ("delay", 100_000, 100_000),           # threads, each sleeping 1 ms
+    ("http", (64, 10), (64, 2)),           # wrk connections, seconds
+    ("http", (1000, 10), (1000, 2)),
 ]
+# Programs run through a driver script instead of a binary of their own:
+# http.py starts the server (examples/http_hello, or the GHC twin) and
+# drives it with wrk.  Its twin is haskell/<TWIN_SOURCE>.hs, needing the
+# packages in TWIN_PACKAGES (skipped, not failed, when they are missing).
+DRIVERS = {"http": HERE / "http.py"}
+TWIN_SOURCE = {"http": "http_warp"}
+TWIN_PACKAGES = {"http": ["warp"]}
+HIGHER_IS_BETTER = {"req_per_s"}
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
 PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
@@ -64,7 +77,7 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "parked": "bytes_per_thread", "idle": "cpu_percent",
            "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
            "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
-           "sieve": "ms"}
+           "sieve": "ms", "delay": "ms", "http": "req_per_s"}
 # Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
 SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
                   "heat", "bfs", "sieve"}
@@ -118,11 +131,19 @@ def parse_metric(value):
     return value
 
 
+def command_for(binary, prog, impl):
+    """The command prefix running one program: its binary, or its driver
+    script given the server binary (DRIVERS)."""
+    if prog in DRIVERS:
+        return [sys.executable, str(DRIVERS[prog]), "--server", str(binary), "--impl", impl]
+    return [str(binary)]
+
+
 def run_once(binary, prog, impl, args, caps, timeout):
     """Run one benchmark; return its metrics {key: value} in printed order:
     the primary one a float, secondaries as parse_metric returns them."""
     n = args[0]
-    cmd = [str(binary), *args, "+RTS", f"-N{caps}", "-RTS"]
+    cmd = [*command_for(binary, prog, impl), *args, "+RTS", f"-N{caps}", "-RTS"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -183,7 +204,16 @@ def run_series(binary, prog, impl, args, caps, reps, timeout):
 
 def build_twin(prog, out_dir):
     """Compile haskell/<prog>.hs if the binary is missing or older.
-    Return the binary's path; raise RunError if compilation fails."""
+    Return the binary's path; raise RunError if compilation fails; return
+    None if a package the twin needs is not installed (TWIN_PACKAGES)."""
+    for pkg in TWIN_PACKAGES.get(prog, []):
+        out = subprocess.run(["ghc-pkg", "--simple-output", "list", pkg],
+                             capture_output=True, text=True).stdout.strip()
+        if not out:
+            print(f"note: ghc package {pkg} not installed; skipping the {prog} twin",
+                  file=sys.stderr)
+            return None
+    prog = TWIN_SOURCE.get(prog, prog)
     src = HERE / "haskell" / f"{prog}.hs"
     exe = out_dir / prog
     if not src.exists():
@@ -393,8 +423,11 @@ def main():
     for prog, prog_args in programs:
         prog_reps = max(reps, MIN_REPS.get(prog, 0))
         print(f"{prog} n={' '.join(prog_args)} reps={prog_reps}", file=sys.stderr)
-        impls = [("capstan", bench_dir / prog)]
-        if have_ghc:
+        if prog in DRIVERS:
+            impls = [("capstan", args.build_dir / "examples" / "http_hello")]
+        else:
+            impls = [("capstan", bench_dir / prog)]
+        if have_ghc and twins[prog] is not None:
             impls.append(("ghc", twins[prog]))
         for caps in CAPS:
             series = cells[(prog, prog_args, caps)] = {}
@@ -433,7 +466,7 @@ def main():
             f"sizes: {sizes}",
             "- ghc twins: " + (f"ghc {command_output(['ghc', '--numeric-version'])}"
                                if have_ghc else "not run") + "; "
-            "all metrics lower is better (but bfs's ratio = seq_ms / ms); "
+            "all metrics lower is better (but bfs's ratio = seq_ms / ms, and http's req_per_s); "
             "capstan/ghc = capstan median / ghc median"
             + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else ""),
             "",
