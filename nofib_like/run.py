@@ -14,7 +14,9 @@ metric, a number; any others are secondary: numbers, slash-separated number
 tuples such as sparks=<created>/<converted>/<overflowed>/<dud>/<gcd>/<fizzled>
 (medians are taken element by element), or "na".  All numeric metrics are "lower is
 better", except those in HIGHER_IS_BETTER (e.g. bfs's ratio = seq_ms / ms,
-a speed-up).  For the spark
+a speed-up, and http's req_per_s).
+`http` runs nofib_like/http.py (wrk against examples/http_hello, or the
+Warp twin haskell/http_warp.hs when ghc has the warp package).  For the spark
 programs the table also shows the speed-up of -N2 over -N1 (median at -N1 /
 median at -N2).  A program may appear several times with different
 arguments (e.g. parfib 32 2 and parfib 38 20); each is its own row.  The
@@ -66,7 +68,18 @@ PROGRAMS = [
     ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
     ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)
     ("boundpingpong", 200_000, 20_000),
+    # IO manager (issue 5).
+    ("delay", 100_000, 100_000),           # threads, each sleeping 1 ms
+    ("http", (64, 10), (64, 2)),           # wrk connections, seconds
+    ("http", (1000, 10), (1000, 2)),
 ]
+# Programs run through a driver script instead of a binary of their own:
+# http.py starts the server (examples/http_hello, or the GHC twin) and
+# drives it with wrk.  Its twin is haskell/<TWIN_SOURCE>.hs, needing the
+# packages in TWIN_PACKAGES (skipped, not failed, when they are missing).
+DRIVERS = {"http": HERE / "http.py"}
+TWIN_SOURCE = {"http": "http_warp"}
+TWIN_PACKAGES = {"http": ["warp"]}
 # Primary metric of each program; the programs' own output takes precedence,
 # this only labels rows whose runs all failed.
 PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
@@ -74,7 +87,7 @@ PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
            "parked": "bytes_per_thread", "idle": "cpu_percent",
            "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
            "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
-           "sieve": "ms",
+           "sieve": "ms", "delay": "ms", "http": "req_per_s",
            "safecall": "added_ns",
            "overlap": "return_latency_us",
            "callback001": "ns_per_incall",
@@ -92,6 +105,7 @@ HIGHER_IS_BETTER = {
     ("safecall", "scaling"),
     ("overlap", "overlap_percent"),
     ("overlap", "work_percent"),
+    ("http", "req_per_s"),
 }
 # Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
 SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
@@ -164,11 +178,19 @@ def parse_metric(value):
     return value
 
 
+def command_for(binary, prog, impl):
+    """The command prefix running one program: its binary, or its driver
+    script given the server binary (DRIVERS)."""
+    if prog in DRIVERS:
+        return [sys.executable, str(DRIVERS[prog]), "--server", str(binary), "--impl", impl]
+    return [str(binary)]
+
+
 def run_once(binary, prog, impl, args, caps, timeout):
     """Run one benchmark; return its metrics {key: value} in printed order:
     the primary one a float, secondaries as parse_metric returns them."""
     n = args[0]
-    cmd = [str(binary), *args, "+RTS", f"-N{caps}", "-RTS"]
+    cmd = [*command_for(binary, prog, impl), *args, "+RTS", f"-N{caps}", "-RTS"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -229,7 +251,16 @@ def run_series(binary, prog, impl, args, caps, reps, timeout):
 
 def build_twin(prog, out_dir):
     """Compile haskell/<prog>.hs if the binary is missing or older.
-    Return the binary's path; raise RunError if compilation fails."""
+    Return the binary's path; raise RunError if compilation fails; return
+    None if a package the twin needs is not installed (TWIN_PACKAGES)."""
+    for pkg in TWIN_PACKAGES.get(prog, []):
+        out = subprocess.run(["ghc-pkg", "--simple-output", "list", pkg],
+                             capture_output=True, text=True).stdout.strip()
+        if not out:
+            print(f"note: ghc package {pkg} not installed; skipping the {prog} twin",
+                  file=sys.stderr)
+            return None
+    prog = TWIN_SOURCE.get(prog, prog)
     src = HERE / "haskell" / f"{prog}.hs"
     c_srcs = [HERE / c for c in TWIN_C_SOURCES.get(prog, [])]
     exe = out_dir / prog
@@ -444,8 +475,11 @@ def main():
     for prog, prog_args in programs:
         prog_reps = max(reps, MIN_REPS.get(prog, 0))
         print(f"{prog} n={' '.join(prog_args)} reps={prog_reps}", file=sys.stderr)
-        impls = [("capstan", bench_dir / prog)]
-        if have_ghc:
+        if prog in DRIVERS:
+            impls = [("capstan", args.build_dir / "examples" / "http_hello")]
+        else:
+            impls = [("capstan", bench_dir / prog)]
+        if have_ghc and twins[prog] is not None:
             impls.append(("ghc", twins[prog]))
         for caps in CAPS:
             series = cells[(prog, prog_args, caps)] = {}

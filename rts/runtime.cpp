@@ -37,6 +37,7 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
+#include "io/io_manager.hpp"
 #include "sanitizer.hpp"
 #include "scheduler.hpp"
 #include "sparks/sparks.hpp"
@@ -384,6 +385,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   leave_signal_stack(task0);
   set_my_task(nullptr);
   rt.shutdown_events = nullptr;
+  io_shutdown();  // the IO thread wakes nobody from here on
   auto abandoned = reclaim_leftovers();
   for (Capability* c : rt.caps) spark_pool_release(c);  // leftovers count as GC'd
   auto final_stats = snapshot_statistics();

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # setup.sh - install the Debian packages capstan needs, if any are missing.
 #   scripts/setup.sh            build and test dependencies
-#   scripts/setup.sh --with-ghc also GHC and the parallel package (Haskell twins)
+#   scripts/setup.sh --with-ghc also GHC, the parallel package and Warp (Haskell twins)
 # Uses apt-get as root, sudo otherwise; says clearly what to do if neither works.
 set -euo pipefail
 
-packages=(meson ninja-build g++ pkg-config python3 libuv1-dev libfmt-dev libgtest-dev)
+packages=(meson ninja-build g++ pkg-config python3 libuv1-dev libfmt-dev libgtest-dev wrk)
 if [[ "${1:-}" == "--with-ghc" ]]; then
-  packages+=(ghc libghc-parallel-dev)
+  packages+=(ghc libghc-parallel-dev libghc-warp-dev)
 fi
 
 missing=()

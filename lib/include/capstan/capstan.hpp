@@ -1,10 +1,12 @@
-// capstan.hpp - everything: green threads, MVars, sparks, foreign calls, options,
-// statistics.
+// capstan.hpp - everything: green threads, MVars, sparks, foreign calls,
+// sleeping and fd waits, sockets, options, statistics.
 #pragma once
 
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
+#include "capstan/io.hpp"
 #include "capstan/mvar.hpp"
+#include "capstan/net.hpp"
 #include "capstan/options.hpp"
 #include "capstan/run.hpp"
 #include "capstan/spark.hpp"

@@ -1,0 +1,88 @@
+// net.hpp - TCP sockets whose blocking calls park only the calling green
+// thread: listener (listen, accept), connection (read, write_all) and
+// connect.  One green thread per connection is the intended style:
+//
+//   auto l = capstan::net::listener::listen("127.0.0.1", 8080);
+//   for (;;) {
+//     capstan::fork_io([c = l.accept()]() mutable { /* c.read / c.write_all */ });
+//   }
+//
+// Sockets are non-blocking underneath; a call that would block waits with
+// wait_readable / wait_writable (io.hpp).  Errors throw std::system_error
+// naming the operation, the address or fd; close() goes through close_fd,
+// so a thread blocked on the socket is woken with io_error, never left
+// hanging.  See docs/io.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace capstan::net {
+
+// connection is one connected TCP socket (TCP_NODELAY on).  Movable, not
+// copyable; the destructor closes it.
+class connection {
+ public:
+  connection() = default;
+  // connection(fd) takes ownership of a connected socket; it is made
+  // non-blocking.
+  explicit connection(int fd);
+  connection(connection&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  connection& operator=(connection&& o) noexcept;
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+  ~connection();
+
+  // read reads at most n bytes into buf, parking until at least one is
+  // available; returns how many, 0 at end of stream.
+  std::size_t read(void* buf, std::size_t n);
+  // write_all writes all n bytes, parking while the socket buffer is full.
+  // A peer that has gone throws std::system_error (EPIPE/ECONNRESET), never
+  // SIGPIPE.
+  void write_all(const void* buf, std::size_t n);
+  // shutdown_write sends end-of-stream to the peer (shutdown(SHUT_WR)).
+  void shutdown_write();
+  // close closes the socket now (through close_fd: waiters get io_error).
+  // Idempotent.
+  void close();
+  // fd is the socket, or -1 once closed or moved from.
+  int fd() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;  // owned by whoever holds the connection
+};
+
+// listener is a listening TCP socket.  Movable, not copyable; the
+// destructor closes it.
+class listener {
+ public:
+  listener() = default;
+  // listen binds host:port (port 0: any free port; host a numeric address
+  // or a name, resolved with getaddrinfo) and listens with `backlog`.
+  static listener listen(const std::string& host, std::uint16_t port, int backlog = 1024);
+  listener(listener&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  listener& operator=(listener&& o) noexcept;
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
+  ~listener();
+
+  // accept parks until a client connects and returns its connection.
+  connection accept();
+  // port is the bound port (useful after listen(host, 0)).
+  std::uint16_t port() const;
+  // close stops listening (through close_fd: a thread in accept gets
+  // io_error).  Idempotent.
+  void close();
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;  // owned by whoever holds the listener
+};
+
+// connect opens a TCP connection to host:port, parking until it is
+// established.  Throws std::system_error naming host:port on failure.
+connection connect(const std::string& host, std::uint16_t port);
+
+}  // namespace capstan::net

@@ -1,0 +1,335 @@
+// io_manager_test.cpp - the IO manager through its public face (io.hpp):
+// sleeping, fd waits, close_fd, shutdown with parked threads, usage errors.
+// Bounds on time are generous (a shared, loaded machine): a sleep must
+// never end early, and must not be absurdly late.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capstan_test.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using capstan_test::kScale;
+using capstan_test::WithCaps;
+using clk = std::chrono::steady_clock;
+
+constexpr auto kLate = 500ms;  // "not absurdly late"
+
+struct Pipe {
+  int r = -1, w = -1;
+  Pipe() {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    r = fds[0];
+    w = fds[1];
+  }
+  ~Pipe() {
+    if (r >= 0) ::close(r);
+    if (w >= 0) ::close(w);
+  }
+};
+
+bool fd_is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+
+class IoManager : public WithCaps {};
+
+TEST_P(IoManager, SleepsWakeInDeadlineOrder) {
+  std::vector<int> order = run([] {
+    std::atomic<int> seq{0};
+    std::vector<int> got(3, -1);
+    capstan::mvar<int> done;
+    int ms[3] = {30, 20, 10};
+    for (int i = 0; i < 3; ++i) {
+      // One capability: wake-ups in one batch keep the IO thread's order.
+      capstan::fork_on(0, [&, i] {
+        capstan::sleep_for(std::chrono::milliseconds(ms[i]));
+        got[seq.fetch_add(1)] = ms[i];
+        done.put(i);
+      });
+    }
+    for (int i = 0; i < 3; ++i) done.take();
+    return got;
+  });
+  EXPECT_EQ(order, (std::vector<int>{10, 20, 30}));
+}
+
+TEST_P(IoManager, SleepIsNeverEarlyAndNotAbsurdlyLate) {
+  run([] {
+    for (auto d : {1ms, 5ms, 20ms, 60ms}) {
+      auto t0 = clk::now();
+      capstan::sleep_for(d);
+      auto slept = clk::now() - t0;
+      EXPECT_GE(slept, d);
+      EXPECT_LT(slept, d + kLate);
+    }
+    auto until = clk::now() + 15ms;
+    capstan::sleep_until(until);
+    EXPECT_GE(clk::now(), until);
+    // Sub-millisecond sleeps round up to libuv's tick, but never end early.
+    auto t0 = clk::now();
+    capstan::sleep_for(200us);
+    EXPECT_GE(clk::now() - t0, 200us);
+  });
+}
+
+TEST_P(IoManager, ZeroAndNegativeSleepsOnlyYield) {
+  run([] {
+    std::atomic<bool> ran{false};
+    capstan::fork_on(0, [&] { ran = true; });
+    auto t0 = clk::now();
+    capstan::sleep_for(0ms);  // yields: the forked thread on our capability runs
+    capstan::sleep_for(-5ms);
+    capstan::sleep_until(clk::now() - 1s);
+    EXPECT_LT(clk::now() - t0, kLate);
+    EXPECT_TRUE(ran.load());
+  });
+}
+
+TEST_P(IoManager, TenThousandSleepersAllWake) {
+  const int n = 10'000 / kScale;
+  int woke = run([n] {
+    std::atomic<int> count{0};
+    std::atomic<int> early{0};
+    capstan::mvar<int> done;
+    for (int i = 0; i < n; ++i) {
+      capstan::fork_io([&, i] {
+        auto d = std::chrono::milliseconds(20 + i % 30);
+        auto t0 = clk::now();
+        capstan::sleep_for(d);
+        if (clk::now() - t0 < d) early.fetch_add(1);
+        if (count.fetch_add(1) + 1 == n) done.put(1);
+      });
+    }
+    done.take();
+    EXPECT_EQ(early.load(), 0);
+    return count.load();
+  });
+  EXPECT_EQ(woke, n);
+}
+
+// A sleeping thread parks only itself: a computing thread on the same (only)
+// capability keeps running meanwhile, and the sleeper still wakes.
+TEST(IoManagerN1, SleeperDoesNotBlockItsCapability) {
+  capstan::run(capstan_test::opts(1), [] {
+    std::atomic<long> progress{0};
+    std::atomic<bool> sleeper_done{false};
+    long seen_at_wake = -1;
+    capstan::fork_io([&] {
+      capstan::sleep_for(50ms);
+      seen_at_wake = progress.load();
+      sleeper_done = true;
+    });
+    capstan::mvar<int> computed;
+    capstan::fork_io([&] {
+      auto t0 = clk::now();
+      while (!sleeper_done.load() && clk::now() - t0 < 20s) {
+        progress.fetch_add(1, std::memory_order_relaxed);
+        capstan::yield_point();
+      }
+      computed.put(1);
+    });
+    computed.take();
+    EXPECT_TRUE(sleeper_done.load());
+    EXPECT_GT(seen_at_wake, 0);  // the computation ran while the sleeper slept
+  });
+}
+
+TEST_P(IoManager, WaitReadableWakesWhenThePipeIsWritten) {
+  run([] {
+    Pipe p;
+    capstan::mvar<char> got;
+    capstan::fork_io([&] {
+      capstan::wait_readable(p.r);
+      char c = 0;
+      EXPECT_EQ(::read(p.r, &c, 1), 1);
+      got.put(c);
+    });
+    capstan::sleep_for(20ms);
+    EXPECT_TRUE(got.is_empty());  // still parked: nothing written yet
+    ASSERT_EQ(::write(p.w, "x", 1), 1);
+    EXPECT_EQ(got.take(), 'x');
+  });
+}
+
+TEST_P(IoManager, WaitReadableForTimesOutOnAnIdlePipe) {
+  run([] {
+    Pipe p;
+    auto t0 = clk::now();
+    EXPECT_FALSE(capstan::wait_readable_for(p.r, 30ms));
+    auto waited = clk::now() - t0;
+    EXPECT_GE(waited, 30ms);
+    EXPECT_LT(waited, 30ms + kLate);
+    EXPECT_FALSE(capstan::wait_readable_for(p.r, 0ms));  // a check
+    ASSERT_EQ(::write(p.w, "x", 1), 1);
+    EXPECT_TRUE(capstan::wait_readable_for(p.r, 0ms));
+    EXPECT_TRUE(capstan::wait_readable_for(p.r, 10s));  // ready: no wait
+    EXPECT_TRUE(capstan::wait_writable_for(p.w, 10s));
+    capstan::wait_writable(p.w);
+    // The fd is not left registered: a second time-out works the same way.
+    char c;
+    ASSERT_EQ(::read(p.r, &c, 1), 1);
+    EXPECT_FALSE(capstan::wait_readable_for(p.r, 5ms));
+  });
+}
+
+TEST_P(IoManager, ReadersAndWritersShareOneFd) {
+  run([] {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    std::atomic<int> readers_woken{0};
+    capstan::mvar<int> done;
+    for (int i = 0; i < 3; ++i) {
+      capstan::fork_io([&] {
+        capstan::wait_readable(sv[0]);
+        readers_woken.fetch_add(1);
+        done.put(1);
+      });
+    }
+    capstan::fork_io([&] {  // a writer on the same fd: ready at once
+      capstan::wait_writable(sv[0]);
+      done.put(2);
+    });
+    EXPECT_EQ(done.take(), 2);
+    capstan::sleep_for(10ms);
+    EXPECT_EQ(readers_woken.load(), 0);
+    ASSERT_EQ(::write(sv[1], "y", 1), 1);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(done.take(), 1);
+    EXPECT_EQ(readers_woken.load(), 3);
+    ::close(sv[0]);
+    ::close(sv[1]);
+  });
+}
+
+TEST_P(IoManager, CloseFdWakesItsWaitersWithIoError) {
+  run([] {
+    Pipe p;
+    int fd = p.r;
+    capstan::mvar<std::string> err;
+    for (int i = 0; i < 2; ++i) {
+      capstan::fork_io([&, i] {
+        try {
+          if (i == 0) capstan::wait_readable(fd);
+          else capstan::wait_readable_for(fd, 1h);
+          err.put("woken without an error");
+        } catch (const capstan::io_error& e) {
+          err.put(e.what());
+        }
+      });
+    }
+    capstan::sleep_for(20ms);
+    capstan::close_fd(fd);
+    p.r = -1;
+    EXPECT_FALSE(fd_is_open(fd));  // closed before close_fd returned
+    for (int i = 0; i < 2; ++i) {
+      std::string msg = err.take();
+      EXPECT_NE(msg.find("capstan::wait_readable: fd " + std::to_string(fd) +
+                         " was closed by close_fd while this thread waited on it"),
+                std::string::npos)
+          << msg;
+    }
+  });
+}
+
+TEST_P(IoManager, CloseFdOfAnUnwatchedFdClosesIt) {
+  run([] {
+    Pipe p;
+    capstan::close_fd(p.w);
+    EXPECT_FALSE(fd_is_open(p.w));
+    p.w = -1;
+    EXPECT_THROW(capstan::close_fd(p.w), capstan::usage_error);
+    int bad = ::dup(p.r);
+    ::close(bad);
+    try {
+      capstan::close_fd(bad);
+      ADD_FAILURE() << "close_fd of a closed fd did not throw";
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code().value(), EBADF);
+      EXPECT_NE(std::string(e.what()).find("capstan::close_fd"), std::string::npos);
+    }
+  });
+}
+
+TEST_P(IoManager, RegularFilesNeverBlock) {
+  run([] {
+    char path[] = "/tmp/capstan_io_testXXXXXX";
+    int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ::unlink(path);
+    capstan::wait_readable(fd);
+    capstan::wait_writable(fd);
+    EXPECT_TRUE(capstan::wait_readable_for(fd, 1h));
+    ::close(fd);
+  });
+}
+
+TEST_P(IoManager, BadFdIsAUsageError) {
+  run([] {
+    try {
+      capstan::wait_readable(-1);
+      ADD_FAILURE();
+    } catch (const capstan::usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("capstan::wait_readable: fd -1"), std::string::npos);
+    }
+  });
+}
+
+// Threads parked in sleeps and fd waits are killed at shutdown: run returns
+// promptly and (under ASan) nothing leaks; a later run starts a fresh IO thread.
+TEST_P(IoManager, ShutdownWithThreadsParkedInTheIoManager) {
+  Pipe p;
+  auto t0 = clk::now();
+  for (int round = 0; round < 2; ++round) {
+    run([&] {
+      for (int i = 0; i < 50; ++i) capstan::fork_io([] { capstan::sleep_for(1h); });
+      for (int i = 0; i < 10; ++i) capstan::fork_io([&] { capstan::wait_readable(p.r); });
+      for (int i = 0; i < 10; ++i)
+        capstan::fork_io([&] { capstan::wait_readable_for(p.r, 1h); });
+      capstan::sleep_for(30ms);  // let them all park
+    });
+    auto s = capstan::statistics();
+    EXPECT_EQ(s.threads_abandoned, 0u);
+    EXPECT_GE(s.threads_killed, 70u);
+  }
+  EXPECT_LT(clk::now() - t0, 20s);
+  EXPECT_TRUE(fd_is_open(p.r));  // shutdown does not close user fds
+}
+
+TEST(IoManagerUsage, PlainOsThreadsGetUsageErrors) {
+  auto check = [](auto f, const char* name) {
+    try {
+      f();
+      ADD_FAILURE() << name << " did not throw";
+    } catch (const capstan::usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not running a green thread"), std::string::npos);
+    }
+  };
+  Pipe p;
+  auto all = [&] {
+    check([] { capstan::sleep_for(1ms); }, "capstan::sleep_for");
+    check([] { capstan::sleep_for(0ms); }, "capstan::sleep_for");
+    check([&] { capstan::wait_readable(p.r); }, "capstan::wait_readable");
+    check([&] { capstan::wait_writable_for(p.w, 1ms); }, "capstan::wait_writable");
+    check([&] { capstan::close_fd(p.w); }, "capstan::close_fd");
+  };
+  all();  // no runtime at all
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::sleep_for(1ms);  // the IO manager is up
+    std::thread os(all);      // a plain OS thread while it runs
+    os.join();
+  });
+  EXPECT_TRUE(fd_is_open(p.w));
+}
+
+CAPSTAN_INSTANTIATE_CAPS(IoManager);
+
+}  // namespace
