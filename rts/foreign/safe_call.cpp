@@ -87,7 +87,9 @@ namespace {
   cur->cap = cap;
   cur->state = ThreadState::runnable;
   if (cur->bound_task == task) {
-    // Bound: queue it as a token and wait to be given the capability.
+    // Bound: queue it as a token and wait to be given the capability.  Same
+    // OS thread throughout, so errno can be kept across the wait here.
+    int saved_errno = errno;
     cur->priority = true;
     cap->inbox.push(cur);
     cap->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
@@ -102,6 +104,7 @@ namespace {
     Capability* c = task->cap;
     c->current = cur;
     cur->state = ThreadState::running;
+    errno = saved_errno;
     return;
   }
   // Unbound: leave through our scheduler context, which queues us.
@@ -126,7 +129,9 @@ void safe_call_enter(safe_call_frame& f) {
   }
   if (task->bound_thread && task->bound_thread != cur) [[unlikely]] {
     move_off_bound_task(task, cur);  // See Note [Unbound threads on a bound Task]
-    task = my_task();                // a worker's
+    // Now on a worker's OS thread: start afresh, so that no thread-local
+    // address computed above is reused (Note [TLS across a switch]).
+    return safe_call_enter(f);
   }
   Capability* cap = task->cap;
   f.task = task;
@@ -154,9 +159,10 @@ void safe_call_leave(safe_call_frame& f, bool f_threw) {
     take_capability(task, cap);
     cap->current = cur;
   } else {
-    int saved = errno;  // f's errno belongs to the thread, wherever it resumes
+    // May resume on another OS thread: touch no thread-local here after it
+    // (errno included - see Note [TLS across a switch]); the switch itself
+    // carries f's errno over in Thread::saved_errno.
     return_slow(task, cap, cur);
-    errno = saved;
   }
   if (!f_threw && rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]]
     check_killed(cur);  // Note [Shutdown]: a call returning during shutdown
