@@ -9,6 +9,7 @@
 #include "capstan/mvar.hpp"
 #include "runtime.hpp"
 #include "scheduler.hpp"
+#include "io/io_manager.hpp"
 
 namespace capstan::detail {
 
@@ -53,13 +54,109 @@ void mvar_core::park(waiter& w) {
     case waiter::served: return;
     case waiter::killed: throw thread_killed{};
     case waiter::orphaned: throw blocked_indefinitely{};
+    case waiter::timed_out: break;  // only timed waits time out
   }
+}
+
+// Note [Timed takes]
+// ~~~~~~~~~~~~~~~~~~~
+// take_for blocks like take, and also asks the IO manager for a timer
+// (io_add_timeout) that may end the wait.  Exactly one of the put and the
+// timer gets the waiter: both must dequeue it under the mvar's lock.  The
+// timer fires on the IO thread, holding only (Thread*, token); the mvar may
+// be gone by then, and the thread may be waiting on something else.  So
+// it works like the shutdown killer (Note [Killing a blocked thread]),
+// under the thread's wait_lock:
+//  * the blocker, before parking, sets blocked_on/waiter and timed_seq =
+//    a fresh token under wait_lock, and clears timed_seq under it once
+//    the wait is over, however it ended;
+//  * everyone who dequeues a timed waiter (serve(): put, the mvar's
+//    destructor; the killer) clears blocked_on under wait_lock (w.timed
+//    makes serve take it);
+//  * the timer takes wait_lock and proceeds only if timed_seq is its token
+//    and blocked_on is set: then the wait is still on and the mvar alive
+//    (its destructor would have cleared blocked_on under the same lock).
+//    It then *tries* the mvar lock (the order elsewhere is mvar lock ->
+//    wait_lock), backing off and retrying on failure; holding both it
+//    dequeues the waiter with outcome timed_out and wakes the thread.
+// The timer is registered while the mvar lock is held and the thread is
+// not yet parked; it cannot complete before the park's post-switch unlock,
+// so a very short time-out still finds a saved context.  Thread objects
+// are never freed while the runtime runs, and tokens are never reused, so
+// a stale timer is harmless.  Timers cannot be cancelled: a satisfied
+// take_for leaves its timer to fire and find nothing.
+namespace {
+
+void expire_timed_take(void* arg, std::uint64_t token) noexcept {
+  auto* t = static_cast<Thread*>(arg);
+  for (;;) {
+    t->wait_lock.lock();
+    // timed_seq first: blocked_on is guarded by wait_lock only during a
+    // timed wait (an untimed one may write it without the lock).
+    if (t->timed_seq != token || !t->blocked_on) {
+      t->wait_lock.unlock();
+      return;  // served, killed or orphaned first; or a later wait
+    }
+    mvar_core* m = t->blocked_on;
+    if (!m->try_lock()) {
+      t->wait_lock.unlock();
+      rts::cpu_relax();
+      continue;
+    }
+    waiter* w = t->waiter;
+    m->remove(*w);
+    w->outcome = waiter::timed_out;
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+    t->wait_lock.unlock();
+    m->unlock();
+    rts::wake(t);
+    return;
+  }
+}
+
+}  // namespace
+
+bool mvar_core::park_timed(waiter& w, long long ns) {
+  rts::Task* task = rts::my_task_before_switch();
+  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
+    park(w);  // throws the usage error (and unlocks)
+    return true;
+  }
+  Thread* cur = task->cap->current;
+  if (rts::rt.shutting_down.load(std::memory_order_relaxed) && !cur->is_main &&
+      std::uncaught_exceptions() == 0) [[unlikely]] {
+    remove(w);
+    unlock();
+    rts::check_killed(cur);  // Note [Shutdown checkpoints]: does not return
+  }
+  w.thread = cur;
+  w.timed = true;
+  std::uint64_t token = ++cur->timed_next;
+  cur->wait_lock.lock();
+  cur->blocked_on = this;
+  cur->waiter = &w;
+  cur->timed_seq = token;
+  cur->wait_lock.unlock();
+  rts::io_add_timeout(ns, &expire_timed_take, cur, token);
+  rts::park_current(task, cur, &locked_);
+  // Possibly on another OS thread now; cur is still us.
+  cur->wait_lock.lock();
+  cur->timed_seq = 0;
+  cur->wait_lock.unlock();
+  switch (w.outcome) {
+    case waiter::served: return true;
+    case waiter::timed_out: return false;
+    case waiter::killed: throw thread_killed{};
+    case waiter::orphaned: throw blocked_indefinitely{};
+  }
+  return true;
 }
 
 void* mvar_core::serve(waiter& w) noexcept {
   remove(w);
   auto* t = static_cast<Thread*>(w.thread);
-  if (rts::rt.waits_need_lock.load(std::memory_order_relaxed) ||
+  if (w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed) ||
       !rts::my_task_before_switch() || !rts::my_task_before_switch()->cap) [[unlikely]] {
     // (An OS thread holding no capability - a plain thread, or one inside
     // safe_call - is not covered by the killer's quiescence check.)

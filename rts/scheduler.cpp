@@ -126,6 +126,9 @@ inline void after_switch(PostSwitch* p) {
     p->migrant_priority = false;
     t->priority = returning;
     target->inbox.push(t);  // See Note [Migrating to a spark's capability]
+    // A safe call's thread counts as "in the call" until it is queued, so
+    // shutdown never takes it for abandoned in between (Note [Shutdown]).
+    if (returning) my_task()->in_safe_call.store(nullptr, std::memory_order_relaxed);
     // A thread back from a safe call: its capability lets it in at the next
     // safe point (Note [Returning from a safe call]).
     if (returning) target->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
@@ -790,7 +793,9 @@ void yield_point_slow() {
     // keep our place right behind it.
     Thread* cur = cap->current;
     cur->state = ThreadState::runnable;
-    cap->run_queue.push_front(cur);
+    // Its timeslice may have expired too: then it goes to the back.
+    if (why & kTimesliceExpired) cap->run_queue.push_back(cur);
+    else cap->run_queue.push_front(cur);
     Thread* next = pick(cap);
     if (next == cur) {
       cur->state = ThreadState::running;

@@ -70,6 +70,11 @@ struct Thread {
   SpinLock wait_lock;
   detail::mvar_core* blocked_on = nullptr;
   detail::waiter* waiter = nullptr;
+  // Note [Timed takes]: the token of the timed wait in progress, 0 if none
+  // ([lock: wait_lock]); tokens come from timed_next ([owner]: the thread),
+  // never reset, so a stale timer never matches a later wait.
+  std::uint64_t timed_seq = 0;
+  std::uint64_t timed_next = 0;
 
   void* tsan_fiber = nullptr;      // ThreadSanitizer fiber, if running under TSan
   alignas(16) unsigned char inline_closure[kInlineClosure];

@@ -107,8 +107,8 @@ namespace {
     errno = saved_errno;
     return;
   }
-  // Unbound: leave through our scheduler context, which queues us.
-  task->in_safe_call.store(nullptr, std::memory_order_relaxed);
+  // Unbound: leave through our scheduler context, which queues us (and
+  // clears in_safe_call after the push).
   task->post.migrant = cur;
   task->post.migrate_to = cap;
   task->post.migrant_priority = true;

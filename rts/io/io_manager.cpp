@@ -151,7 +151,7 @@ namespace {
 struct Request;
 struct FdEntry;
 
-enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, cancel };
+enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, cancel, timeout };
 
 // How a request ended: the value put into its mvar.
 enum Outcome : int {
@@ -177,6 +177,11 @@ struct Request {
   bool sticky = false;  // Note [fd registrations]
   int fd = -1;
   std::int64_t deadline = -1;  // steady-clock ns; -1: none
+  // Op::timeout: called on the IO thread when the deadline passes (and not
+  // at shutdown).  Nobody waits on box; the IO thread holds the only reference.
+  void (*on_expire)(void* arg, std::uint64_t token) noexcept = nullptr;
+  void* arg = nullptr;
+  std::uint64_t token = 0;
 
   // The IO thread's: never touched by the green thread.
   bool done = false;     // completed or cancelled (Note [No lost wake-ups] 2)
@@ -370,6 +375,7 @@ void IoManager::handle(Msg* m) {
   Request* r = m->req;
   switch (m->op) {
     case Op::sleep:
+    case Op::timeout:
       add_timer(r);
       break;
     case Op::wait_fd:
@@ -400,7 +406,10 @@ void IoManager::finish(Request* r, int outcome, bool wake) {
     r->entry = nullptr;
   }
   if (r->in_heap) ++stale_;
-  if (wake) r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+  if (wake) {
+    if (r->kind == Op::timeout) r->on_expire(r->arg, r->token);
+    else r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+  }
   if (!r->in_heap) r->release();
 }
 
@@ -624,6 +633,18 @@ Request* new_request(Op kind) {
 }
 
 }  // namespace
+
+void io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept, void* arg,
+                    std::uint64_t token) {
+  io.ensure_started();
+  Request* r = new_request(Op::timeout);
+  r->refs.store(1, std::memory_order_relaxed);  // the IO thread's only
+  r->deadline = deadline_after(ns);
+  r->on_expire = on_expire;
+  r->arg = arg;
+  r->token = token;
+  io.push(&r->submit);
+}
 
 void io_sleep(long long ns) {
   require_green_thread("capstan::sleep_for");

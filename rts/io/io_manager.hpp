@@ -7,10 +7,19 @@
 // design (Note [One IO thread], Note [No lost wake-ups]) and docs/io.md.
 #pragma once
 
+#include <cstdint>
+
 namespace capstan::rts {
 
 // io_sleep parks the calling green thread for at least ns nanoseconds
 // (ns > 0).  Throws usage_error off a green thread, thread_killed at shutdown.
+// io_add_timeout calls on_expire(arg, token) on the IO thread once `ns`
+// have passed (never at shutdown, never early); it cannot be cancelled, so
+// on_expire must check that it is still wanted (mvar timeouts use the
+// waiting thread's timed_seq: Note [Timed takes] in rts/mvar_core.cpp).
+void io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept, void* arg,
+                    std::uint64_t token);
+
 void io_sleep(long long ns);
 
 // io_wait_fd parks the calling green thread until fd is readable (writable

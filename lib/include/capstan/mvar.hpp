@@ -1,6 +1,7 @@
 // mvar.hpp - GHC's MVar: a box that is empty or full, with blocking take/put.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <type_traits>
 #include <stdexcept>
@@ -52,6 +53,21 @@ class mvar {
       core_.park(w);  // returns with dest filled by the putter
       return std::move(*dest);
     }
+  }
+
+  // take_for is take that gives up after `d`: the value, or nullopt if the
+  // mvar stayed empty (for this thread) that long.  A put racing with the
+  // time-out either hands this thread the value or keeps it - never both.
+  template <class Rep, class Period>
+  std::optional<T> take_for(const std::chrono::duration<Rep, Period>& d) {
+    return take_timed(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  }
+
+  // try_take_until is take_for until the time point `t`.
+  template <class Clock, class Duration>
+  std::optional<T> try_take_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return take_timed(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()).count());
   }
 
   // read waits until the mvar is full and returns a copy, leaving it full.
@@ -145,6 +161,25 @@ class mvar {
       detail::safe_point();  // never throws while unwinding (Note [Shutdown checkpoints])
     }
   };
+
+  std::optional<T> take_timed(long long ns) {
+    op g(core_);
+    if (value_) {
+      std::optional<T> v(std::move(*value_));
+      value_.reset();
+      refill_from_putter(g.woken);
+      return v;
+    }
+    if (ns <= 0) return std::nullopt;
+    std::optional<T> dest;
+    detail::waiter w;
+    w.kind = detail::waiter::take;
+    w.slot = &dest;
+    core_.enqueue(w);
+    g.release_to_park();
+    if (!core_.park_timed(w, ns)) return std::nullopt;
+    return dest;
+  }
 
   // deliver puts v into an empty mvar (lock held): readers at the front get
   // copies, then the oldest taker gets v; with no taker the mvar becomes full.

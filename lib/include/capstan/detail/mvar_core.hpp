@@ -13,7 +13,7 @@ struct waiter {
   enum kind_t : std::uint8_t { take, read, put };
   // What ended the wait other than a value: set by the runtime, read by the
   // woken thread after park() returns.
-  enum outcome_t : std::uint8_t { served, killed, orphaned };
+  enum outcome_t : std::uint8_t { served, killed, orphaned, timed_out };
 
   waiter* next = nullptr;
   waiter* prev = nullptr;
@@ -21,6 +21,7 @@ struct waiter {
   void* slot = nullptr;    // take/read: where to put the value; put: the value
   kind_t kind = take;
   outcome_t outcome = served;
+  bool timed = false;      // take_for: a timer may end the wait (Note [Timed takes])
 };
 
 // Note [Waking after unlock]
@@ -89,6 +90,9 @@ class mvar_core {
   // when another thread served w; throws thread_killed / blocked_indefinitely
   // if the wait was ended otherwise.  See Note [Blocking on an MVar].
   void park(waiter& w);
+  // park_timed is park for a waiter that a timer ends after `ns`: true if
+  // served, false if the time-out dequeued it.  See Note [Timed takes].
+  bool park_timed(waiter& w, long long ns);
   // serve dequeues waiter w (lock held) and settles it; its slot must
   // already hold the value (or have been read).  Returns its thread, to be
   // woken after unlock.  See Note [Waking after unlock].
