@@ -382,6 +382,7 @@ void idle(Task* task, Capability* cap) {
     // while (bounded: kSparkRounds spins), then sleep anyway; the ticker
     // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).
     if (round < kSparkRounds && any_sparks()) continue;
+    if (round == 0) cap->stacks.trim_idle();  // Note [Trimming when idle]
     cap->hold.store(Hold::sleeping, std::memory_order_seq_cst);
     if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {
       cap->hold.store(Hold::held, std::memory_order_relaxed);

@@ -86,9 +86,16 @@ class StackPool {
     free_.pop_back();
     return s;
   }
+  // See Note [Trimming when idle] in stack.cpp.
+  static constexpr std::size_t kBusyFactor = 8;
   void put(void* s) {
     free_.push_back(s);
-    if (free_.size() > 2 * watermark_ + 16) trim();
+    if (free_.size() > kBusyFactor * watermark_ + 16) [[unlikely]] trim();
+  }
+  // trim_idle gives the stacks beyond the watermark back to the OS; called
+  // when the capability has nothing to run.
+  void trim_idle() {
+    if (free_.size() > watermark_) trim();
   }
   std::size_t pooled() const { return free_.size(); }
 
