@@ -107,6 +107,44 @@ TEST(InCallMisuse, OutsideARunningRuntimeOrFromAGreenThread) {
   EXPECT_THROW(call_in([] {}), usage_error);  // after run
 }
 
+// Note [In-calls] at shutdown: an in-call blocked when main returns is killed
+// (call_in rethrows thread_killed), and later calls are refused.
+TEST(InCallShutdown, BlockedInCallIsKilledLaterOnesRefused) {
+  std::atomic<int> killed{0}, refused{0}, other{0};
+  std::thread foreign;
+  run(capstan_test::opts(2), [&] {
+    mvar<int> started;
+    foreign = std::thread([&] {
+      try {
+        call_in([&] {
+          static mvar<int> never;
+          started.put(1);
+          never.take();
+        });
+        ++other;
+      } catch (const thread_killed&) {
+        ++killed;
+      } catch (...) {
+        ++other;
+      }
+      for (;;) {
+        try {
+          call_in([] {});
+        } catch (const usage_error&) {
+          ++refused;
+          break;
+        }
+      }
+    });
+    started.take();
+  });
+  foreign.join();
+  EXPECT_EQ(killed.load(), 1);
+  EXPECT_EQ(refused.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(statistics().live_threads, 0u);
+}
+
 CAPSTAN_INSTANTIATE_CAPS(InCall);
 
 }  // namespace
