@@ -65,7 +65,8 @@
 //     were already taken by an earlier callback only causes an empty drain.
 //  2. IO thread -> green thread.  The IO thread completes a request exactly
 //     once (Request::done, IO-thread-owned) by try_put on its empty
-//     mvar<int>; the green thread takes it.  If the put comes first the take
+//     mvar<int>; the green thread takes it (the try_put waits for the end
+//     of the libuv callback: Note [Wake last]).  If the put comes first the take
 //     returns at once; if the take comes first the put serves the parked
 //     taker and wakes it (Note [Waking after unlock]).  The mvar's lock
 //     orders everything the IO thread wrote (err) before the take returns.
@@ -86,6 +87,29 @@
 // unwinds; whichever side drops last deletes the request and its mvar.  So
 // a killed thread leaves no dangling pointer in the IO thread, and the IO
 // thread's try_put never touches a destroyed mvar.
+//
+// Note [Wake last]
+// ~~~~~~~~~~~~~~~~
+// finish() marks a request done and unlinks it, but does not wake its
+// thread: it queues the wake-up in `wakes_`, and each libuv callback
+// (on_async, on_timer, on_poll) ends with flush_wakes(), after every poll
+// mask update, handle close and close(2) of that callback.  A woken thread
+// may at once close(2) its fd, or free the request:
+//  * so the IO thread must not touch the fd afterwards.  Waking before
+//    update_poll let the woken thread close the fd while the IO thread
+//    still removed it from epoll (a race TSan reported; with the number
+//    reused meanwhile, the epoll_ctl would hit an unrelated file);
+//  * so the IO thread must not touch the request afterwards.  A queued
+//    wake-up holds its own reference, dropped after the try_put, so code
+//    that runs between finish() and the flush may still read the request.
+//    (handle() reads r->done after start_wait, which may have finished r:
+//    when finish() woke and released at once, the woken thread could free
+//    r first - the heap-use-after-free ASan reported for a wait on a
+//    regular file.)
+// The mask update itself may still be lazy: libuv applies a narrowed
+// uv_poll_start mask at the next epoll_wait.  Only a handle that is
+// stopped or closed is removed from epoll at once; that is the case that
+// matters, the last waiter of the fd leaving (docs/io.md, plain close(2)).
 //
 // Note [Timer heap]
 // ~~~~~~~~~~~~~~~~~
@@ -114,9 +138,10 @@
 // the next wait.  A user fd is never kept: after a plain close(2) its number
 // may come back as a regular file, which epoll rejects (libuv aborts when a
 // registration it believes valid fails).  close_fd runs on the IO thread:
-// wake every waiter with `closed`, stop and close the handle, then close(2)
-// - in that order, so no waiter can be woken by a later fd reusing the
-// number, and epoll never holds a closed fd.  uv_poll_init also makes the fd
+// finish every waiter with `closed`, stop and close the handle, close(2),
+// and only then wake them (Note [Wake last]) - in that order, so no waiter
+// can be woken by a later fd reusing the number, and epoll never holds a
+// closed fd.  uv_poll_init also makes the fd
 // non-blocking (documented in docs/io.md).  Regular files cannot be polled
 // (EPERM) and never block: a wait on one returns at once.
 #include "io_manager.hpp"
@@ -137,6 +162,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "capstan/errors.hpp"
@@ -190,8 +216,9 @@ struct Request {
   int err = 0;
 
   mvar<int> box;  // the one-shot outcome
-  // Two owners: Note [Requests are shared].  acq_rel: the last owner must
-  // see every write of the other before deleting.
+  // Two owners: Note [Requests are shared] (plus one while a wake-up is
+  // queued: Note [Wake last]).  acq_rel: the last owner must see every
+  // write of the others before deleting.
   std::atomic<int> refs{2};
 
   void release() noexcept {
@@ -253,6 +280,7 @@ class IoManager {
   void drain();
   void handle(Msg* m);
   void finish(Request* r, int outcome, bool wake);
+  void flush_wakes();
   void finish_and_update(Request* r, int outcome, bool wake) {
     FdEntry* e = r->entry;
     finish(r, outcome, wake);
@@ -290,6 +318,8 @@ class IoManager {
   std::uint64_t seq_ = 0;
   std::int64_t armed_for_ = -1;   // deadline timer_ is armed for; -1: stopped
   std::unordered_map<int, FdEntry*> fds_;
+  // Wake-ups queued by finish(), each holding a reference (Note [Wake last]).
+  std::vector<std::pair<Request*, int>> wakes_;
 };
 
 IoManager io;
@@ -346,6 +376,7 @@ void IoManager::on_async(uv_async_t* a) {
   bool stop = self->stopping_.load(std::memory_order_seq_cst);
   self->drain();
   if (stop) self->stop_everything();
+  self->flush_wakes();
 }
 
 void IoManager::drain() {
@@ -387,8 +418,9 @@ void IoManager::handle(Msg* m) {
   }
 }
 
-// finish completes r once: unlinks it from its fd, wakes its thread, drops
-// the IO thread's reference unless a heap entry still points here.
+// finish completes r once: unlinks it from its fd, queues the wake-up of its
+// thread (Note [Wake last]), drops the IO thread's reference unless a heap
+// entry still points here.
 void IoManager::finish(Request* r, int outcome, bool wake) {
   if (r->done) return;
   r->done = true;
@@ -400,8 +432,23 @@ void IoManager::finish(Request* r, int outcome, bool wake) {
     r->entry = nullptr;
   }
   if (r->in_heap) ++stale_;
-  if (wake) r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+  if (wake) {
+    // The queued wake-up's own reference.  relaxed: the IO thread already
+    // holds one, so this only counts; release() is acq_rel.
+    r->refs.fetch_add(1, std::memory_order_relaxed);
+    wakes_.emplace_back(r, outcome);
+  }
   if (!r->in_heap) r->release();
+}
+
+// flush_wakes wakes the threads finish() queued: the last thing each libuv
+// callback does (Note [Wake last]).
+void IoManager::flush_wakes() {
+  for (auto [r, outcome] : wakes_) {
+    r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+    r->release();             // the wake-up's reference: r may be gone now
+  }
+  wakes_.clear();
 }
 
 // ---------------------------------------------------------------- timers
@@ -476,6 +523,7 @@ void IoManager::on_timer(uv_timer_t* t) {
   self->armed_for_ = -1;  // a one-shot timer that fired is stopped
   self->expire_timers();
   self->rearm_timer();
+  self->flush_wakes();
 }
 
 // ---------------------------------------------------------------- fds
@@ -555,7 +603,8 @@ void IoManager::on_poll(uv_poll_t* p, int status, int events) {
     while (Request* r = e->readers) self->finish(r, kReady, true);
   if (wr)
     while (Request* r = e->writers) self->finish(r, kReady, true);
-  self->update_poll(e);
+  self->update_poll(e);  // before the wake-ups: Note [Wake last]
+  self->flush_wakes();
 }
 
 void IoManager::do_close(Request* r) {
