@@ -162,6 +162,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -177,7 +178,7 @@ namespace {
 struct Request;
 struct FdEntry;
 
-enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, cancel };
+enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, interrupt_fd, cancel };
 
 // How a request ended: the value put into its mvar.
 enum Outcome : int {
@@ -185,6 +186,7 @@ enum Outcome : int {
   kTimedOut = 1,  // a wait_fd time-out expired first
   kClosed = 2,    // close_fd closed the fd under the waiter
   kFailed = 3,    // libuv could not poll the fd (Request::err)
+  kInterrupted = 4,  // io_interrupt_fd: the fd's owner is closing it
 };
 
 // One message to the IO thread: a request's submission or its cancellation.
@@ -293,6 +295,7 @@ class IoManager {
   void update_poll(FdEntry* e);
   void close_entry(FdEntry* e);
   void do_close(Request* r);
+  void do_interrupt(Request* r);
   void stop_everything();
 
   // start/shutdown: life_mu_.  started_: written under life_mu_, read by anyone.
@@ -318,6 +321,8 @@ class IoManager {
   std::uint64_t seq_ = 0;
   std::int64_t armed_for_ = -1;   // deadline timer_ is armed for; -1: stopped
   std::unordered_map<int, FdEntry*> fds_;
+  // fds given to io_interrupt_fd and not yet closed: Note [Interrupted fds].
+  std::unordered_set<int> interrupted_;
   // Wake-ups queued by finish(), each holding a reference (Note [Wake last]).
   std::vector<std::pair<Request*, int>> wakes_;
 };
@@ -410,6 +415,9 @@ void IoManager::handle(Msg* m) {
     case Op::close_fd:
     case Op::close_fd_nowait:
       do_close(r);
+      break;
+    case Op::interrupt_fd:
+      do_interrupt(r);
       break;
     case Op::cancel:
       finish_and_update(r, kReady, /*wake=*/false);  // nobody takes any more
@@ -529,6 +537,10 @@ void IoManager::on_timer(uv_timer_t* t) {
 // ---------------------------------------------------------------- fds
 
 void IoManager::start_wait(Request* r) {
+  if (!interrupted_.empty() && interrupted_.count(r->fd)) {  // Note [Interrupted fds]
+    finish(r, kInterrupted, true);
+    return;
+  }
   FdEntry*& slot = fds_[r->fd];
   if (!slot) {
     auto* e = new FdEntry;
@@ -617,9 +629,33 @@ void IoManager::do_close(Request* r) {
     e->events = 0;
     close_entry(e);
   }
+  interrupted_.erase(r->fd);  // the number may be reused from here on
   int rc = ::close(r->fd);
   r->err = rc == 0 ? 0 : errno;
   finish(r, kReady, r->kind == Op::close_fd);
+}
+
+// Note [Interrupted fds]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// capstan::net closes a socket that other green threads are using in two
+// steps (Note [Closing under a blocked call] in lib/net.cpp): the fd stays
+// open while any call uses it, and the closer sends io_interrupt_fd, which
+// wakes every waiter on it with kInterrupted and fails every later wait on
+// it the same way, until the fd is closed through do_close (which the last
+// call sends).  As the fd is open until then, its number cannot be reused
+// by another file meanwhile, so the set never refers to the wrong file.  A
+// wait and the interrupt can arrive in either order: before, the interrupt
+// finds the waiter; after, the waiter finds the number in the set.
+void IoManager::do_interrupt(Request* r) {
+  interrupted_.insert(r->fd);
+  auto it = fds_.find(r->fd);
+  if (it != fds_.end()) {
+    FdEntry* e = it->second;
+    for (Request** list : {&e->readers, &e->writers})
+      while (Request* w = *list) finish(w, kInterrupted, true);
+    update_poll(e);  // no waiters: stopped (sticky) or closed
+  }
+  finish(r, kReady, false);
 }
 
 // stop_everything ends the loop: every handle is closed, every request
@@ -639,6 +675,7 @@ void IoManager::stop_everything() {
   }
   heap_.clear();
   stale_ = 0;
+  interrupted_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
 }
@@ -710,6 +747,8 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, b
     case kClosed:
       throw io_error(fmt::format(
           "{}: fd {} was closed by close_fd while this thread waited on it", what, fd));
+    case kInterrupted:
+      throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what, fd));
     default:
       throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(err)));
   }
@@ -742,6 +781,19 @@ void io_close_fd_nowait(int fd) noexcept {
   r->refs.store(1, std::memory_order_relaxed);  // nobody waits: the IO thread's only
   io.push(&r->submit);
 }
+
+void io_interrupt_fd(int fd) noexcept {
+  // Nothing can wait on fd unless the IO manager runs: the waiter starts it
+  // (io_start) before it counts itself as a user of the fd, so a closer
+  // that saw the count sees started() (lib/net.cpp).
+  if (fd < 0 || !io.started()) return;
+  Request* r = new_request(Op::interrupt_fd);
+  r->fd = fd;
+  r->refs.store(1, std::memory_order_relaxed);  // nobody waits: the IO thread's only
+  io.push(&r->submit);
+}
+
+void io_start() { io.ensure_started(); }
 
 void io_shutdown() noexcept { io.shutdown(); }
 
