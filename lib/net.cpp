@@ -2,9 +2,10 @@
 // the green thread on EAGAIN.
 //
 // Policy: try the system call first and wait for readiness only when it
-// says EAGAIN (a busy connection never touches the IO manager); close
-// through close_fd so a thread blocked on the socket is woken, never left
-// hanging; sockets are registered `sticky` with the IO manager because
+// says EAGAIN (a busy connection never touches the IO manager); a close
+// under a blocked call wakes it with io_error, never leaves it hanging, and
+// never lets it touch a reused fd number (Note [Closing under a blocked
+// call]); sockets are registered `sticky` with the IO manager because
 // they are always closed through it (Note [fd registrations]).
 // Rejected: a libuv uv_tcp_t per connection - libuv's streams are
 // callback-driven and owned by the loop thread, so every read would be a
@@ -30,6 +31,7 @@
 #include <utility>
 
 #include "capstan/detail/bridge.hpp"
+#include "capstan/io.hpp"
 #include "capstan/thread.hpp"
 #include "../rts/io/io_manager.hpp"
 #include "../rts/scheduler.hpp"
@@ -54,6 +56,78 @@ void close_socket(int fd) {
   if (on_green_thread()) rts::io_close_fd(fd); else rts::io_close_fd_nowait(fd);
 }
 
+// Note [Closing under a blocked call]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// close() may run while other green threads are inside accept, read or
+// write_all on the same socket.  Closing the fd at once (close_fd) would
+// wake the calls parked in the IO manager, but not a call between its
+// system call and its wait, or yielding (Note [Retry before registering]):
+// it would go on to accept/read on a closed fd - or on another socket that
+// reused the number - or park on it for ever.  So, as Go's poll.FD, each
+// socket counts the calls using its fd in `use_`, next to a kClosed bit:
+//  * a call (class user) counts itself in, failing with EBADF if kClosed is
+//    set, and out when it returns or unwinds; the last one out after a
+//    close() closes the fd (io_close_fd_nowait: it may be unwinding);
+//  * close() sets kClosed.  With no call counted in it closes the fd itself
+//    (close_fd).  Otherwise it sends io_interrupt_fd, which wakes the calls
+//    parked on the fd with io_error and fails their later waits (Note
+//    [Interrupted fds] in rts/io/io_manager.cpp); the fd stays open, so its
+//    number cannot be reused, until the last call counts itself out;
+//  * a call re-checks kClosed after each wait or yield (wait_ready).
+// Orderings: count-in (CAS), count-out (fetch_sub) and close()'s fetch_or
+// are acq_rel read-modify-writes of one word, so exactly one of them sees
+// "closed, no calls" and closes the fd, after every other call is done with
+// it.  A call starts the IO manager (io_start) before counting in, so a
+// close() that sees the count synchronises with the count-in and sees the
+// IO manager started: its io_interrupt_fd is never skipped.  The re-check
+// is relaxed: a stale "open" only costs one more system call, whose wait
+// then fails in the IO manager.
+class user {
+ public:
+  user(std::atomic<unsigned>& use) : use_(use) {
+    if (on_green_thread()) rts::io_start();  // before counting in: see the Note
+    unsigned s = use.load(std::memory_order_relaxed);
+    do {
+      if (s & detail::kClosed) return;
+      // acq_rel: see the Note.  relaxed on failure: we retry with s.
+    } while (!use.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed));
+    in_ = true;
+  }
+  user(const user&) = delete;
+  user& operator=(const user&) = delete;
+  ~user() {
+    if (!in_) return;
+    if (use_.fetch_sub(1, std::memory_order_acq_rel) == (detail::kClosed | 1))
+      rts::io_close_fd_nowait(fd_of_last_);
+  }
+  // in: false when the socket was already closed (the call must not run).
+  bool in() const { return in_; }
+  void set_fd(int fd) { fd_of_last_ = fd; }
+
+ private:
+  std::atomic<unsigned>& use_;
+  int fd_of_last_ = -1;
+  bool in_ = false;
+};
+
+// enter counts a call in: the fd, or EBADF naming `what` if closed.
+int enter(user& u, int fd, const char* what, const char* noun) {
+  if (!u.in())
+    throw std::system_error(EBADF, std::generic_category(),
+                            fmt::format("{}: {} is closed", what, noun));
+  u.set_fd(fd);
+  return fd;
+}
+
+// close_use is close() of a connection or listener: see the Note.
+void close_use(std::atomic<unsigned>& use, int fd) {
+  unsigned old = use.fetch_or(detail::kClosed, std::memory_order_acq_rel);
+  if (old & detail::kClosed) return;  // idempotent
+  if (old == 0) close_socket(fd);     // nobody uses it
+  else rts::io_interrupt_fd(fd);      // the last call out closes it
+}
+
 // Note [Retry before registering]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A wait through the IO manager costs a queue push, an eventfd write, two
@@ -72,15 +146,20 @@ bool others_runnable() {
          (!t->cap->run_queue.empty() || t->cap->inbox.maybe_nonempty());
 }
 
-// wait_ready parks until fd may be ready again: Note [Retry before registering].
-void wait_ready(int fd, bool writable, bool& retried, const char* what) {
+// wait_ready parks until fd may be ready again: Note [Retry before
+// registering]; io_error if the socket was closed meanwhile (Note [Closing
+// under a blocked call]).
+void wait_ready(int fd, bool writable, bool& retried, const char* what,
+                const std::atomic<unsigned>& use) {
   if (!retried && others_runnable()) {
     retried = true;
     capstan::yield();
-    return;
+  } else {
+    retried = false;
+    rts::io_wait_fd(fd, writable, -1, what, /*sticky=*/true);
   }
-  retried = false;
-  rts::io_wait_fd(fd, writable, -1, what, /*sticky=*/true);
+  if (use.load(std::memory_order_relaxed) & detail::kClosed)  // relaxed: see the Note
+    throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what, fd));
 }
 
 void set_nodelay(int fd) {
@@ -119,12 +198,18 @@ connection::connection(int fd) : fd_(fd) {
         fmt::format("capstan::net::connection: fd {} is not a file descriptor", fd));
   int fl = ::fcntl(fd, F_GETFL);
   if (fl >= 0 && !(fl & O_NONBLOCK)) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  use_.store(0, std::memory_order_relaxed);  // open; not shared yet
 }
 
+// Moves and the destructor need the object to themselves (no call in
+// flight), so relaxed suffices: whatever made them exclusive ordered them.
 connection& connection::operator=(connection&& o) noexcept {
   if (this != &o) {
-    if (fd_ >= 0) rts::io_close_fd_nowait(fd_);
+    if (!(use_.load(std::memory_order_relaxed) & detail::kClosed))
+      rts::io_close_fd_nowait(fd_);
     fd_ = std::exchange(o.fd_, -1);
+    use_.store(o.use_.exchange(detail::kClosed, std::memory_order_relaxed),
+               std::memory_order_relaxed);
   }
   return *this;
 }
@@ -132,33 +217,35 @@ connection& connection::operator=(connection&& o) noexcept {
 // The destructor may run while unwinding thread_killed: it must neither
 // block nor throw, so it leaves the close to the IO thread.
 connection::~connection() {
-  if (fd_ >= 0) rts::io_close_fd_nowait(fd_);
+  if (!(use_.load(std::memory_order_relaxed) & detail::kClosed)) rts::io_close_fd_nowait(fd_);
 }
 
 std::size_t connection::read(void* buf, std::size_t n) {
-  if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
-                                       "capstan::net::connection::read: connection is closed");
+  const char* what = "capstan::net::connection::read";
+  user u(use_);
+  int fd = enter(u, fd_, what, "connection");
   bool retried = false;
   for (;;) {
-    long k = sys_result(::read(fd_, buf, n));
+    long k = sys_result(::read(fd, buf, n));
     if (k >= 0) {
-      detail::safe_point();  // a connection that never blocks still yields
+      capstan::detail::safe_point();  // a connection that never blocks still yields
       return static_cast<std::size_t>(k);
     }
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
-      fail(static_cast<int>(-k), fmt::format("capstan::net::connection::read(fd {})", fd_));
-    wait_ready(fd_, false, retried, "capstan::net::connection::read");
+      fail(static_cast<int>(-k), fmt::format("{}(fd {})", what, fd));
+    wait_ready(fd, false, retried, what, use_);
   }
 }
 
 void connection::write_all(const void* buf, std::size_t n) {
-  if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
-                                       "capstan::net::connection::write_all: connection is closed");
+  const char* what = "capstan::net::connection::write_all";
+  user u(use_);
+  int fd = enter(u, fd_, what, "connection");
   auto* p = static_cast<const char*>(buf);
   bool retried = false;
   while (n > 0) {
-    long k = sys_result(::send(fd_, p, n, MSG_NOSIGNAL));
+    long k = sys_result(::send(fd, p, n, MSG_NOSIGNAL));
     if (k >= 0) {
       p += k;
       n -= static_cast<std::size_t>(k);
@@ -166,24 +253,22 @@ void connection::write_all(const void* buf, std::size_t n) {
     }
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
-      fail(static_cast<int>(-k), fmt::format("capstan::net::connection::write_all(fd {})", fd_));
-    wait_ready(fd_, true, retried, "capstan::net::connection::write_all");
+      fail(static_cast<int>(-k), fmt::format("{}(fd {})", what, fd));
+    wait_ready(fd, true, retried, what, use_);
   }
-  detail::safe_point();
+  capstan::detail::safe_point();
 }
 
 void connection::shutdown_write() {
-  if (fd_ < 0) return;
-  long rc = sys_result(::shutdown(fd_, SHUT_WR));
+  user u(use_);
+  if (!u.in()) return;  // closed: nothing to shut down
+  int fd = enter(u, fd_, "", "");
+  long rc = sys_result(::shutdown(fd, SHUT_WR));
   if (rc < 0)
-    fail(static_cast<int>(-rc), fmt::format("capstan::net::connection::shutdown_write(fd {})", fd_));
+    fail(static_cast<int>(-rc), fmt::format("capstan::net::connection::shutdown_write(fd {})", fd));
 }
 
-void connection::close() {
-  if (fd_ < 0) return;
-  int fd = std::exchange(fd_, -1);
-  close_socket(fd);
-}
+void connection::close() { close_use(use_, fd_); }
 
 connection connect(const std::string& host, std::uint16_t port) {
   const char* what = "capstan::net::connect";
@@ -217,16 +302,20 @@ connection connect(const std::string& host, std::uint16_t port) {
 
 // ---------------------------------------------------------------- listener
 
+// As connection's: relaxed, the object is the caller's alone.
 listener& listener::operator=(listener&& o) noexcept {
   if (this != &o) {
-    if (fd_ >= 0) rts::io_close_fd_nowait(fd_);
+    if (!(use_.load(std::memory_order_relaxed) & detail::kClosed))
+      rts::io_close_fd_nowait(fd_);
     fd_ = std::exchange(o.fd_, -1);
+    use_.store(o.use_.exchange(detail::kClosed, std::memory_order_relaxed),
+               std::memory_order_relaxed);
   }
   return *this;
 }
 
 listener::~listener() {
-  if (fd_ >= 0) rts::io_close_fd_nowait(fd_);
+  if (!(use_.load(std::memory_order_relaxed) & detail::kClosed)) rts::io_close_fd_nowait(fd_);
 }
 
 listener listener::listen(const std::string& host, std::uint16_t port, int backlog) {
@@ -244,6 +333,7 @@ listener listener::listen(const std::string& host, std::uint16_t port, int backl
     }
     listener l;
     l.fd_ = static_cast<int>(fd);
+    l.use_.store(0, std::memory_order_relaxed);  // open; not shared yet
     int one = 1;
     ::setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     long rc = sys_result(::bind(l.fd_, a->ai_addr, a->ai_addrlen));
@@ -256,37 +346,36 @@ listener listener::listen(const std::string& host, std::uint16_t port, int backl
 
 connection listener::accept() {
   const char* what = "capstan::net::listener::accept";
-  if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
-                                       fmt::format("{}: listener is closed", what));
+  user u(use_);
+  int lfd = enter(u, fd_, what, "listener");
   bool retried = false;
   for (;;) {
-    long fd = sys_result(::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    long fd = sys_result(::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (fd >= 0) {
       set_nodelay(static_cast<int>(fd));
-      detail::safe_point();
+      capstan::detail::safe_point();
       return connection(static_cast<int>(fd));
     }
     // Transient: the client gave up, or a signal.  Retry at once.
     if (fd == -EINTR || fd == -ECONNABORTED || fd == -EPROTO) continue;
     if (fd != -EAGAIN && fd != -EWOULDBLOCK)
-      fail(static_cast<int>(-fd), fmt::format("{}(fd {})", what, fd_));
-    wait_ready(fd_, false, retried, what);
+      fail(static_cast<int>(-fd), fmt::format("{}(fd {})", what, lfd));
+    wait_ready(lfd, false, retried, what, use_);
   }
 }
 
 std::uint16_t listener::port() const {
+  const char* what = "capstan::net::listener::port";
+  user u(use_);
+  int fd = enter(u, fd_, what, "listener");
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (fd_ < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    fail(fd_ < 0 ? EBADF : errno, fmt::format("capstan::net::listener::port(fd {})", fd_));
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    fail(errno, fmt::format("{}(fd {})", what, fd));
   if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
-void listener::close() {
-  if (fd_ < 0) return;
-  int fd = std::exchange(fd_, -1);
-  close_socket(fd);
-}
+void listener::close() { close_use(use_, fd_); }
 
 }  // namespace capstan::net

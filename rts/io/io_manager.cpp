@@ -65,7 +65,8 @@
 //     were already taken by an earlier callback only causes an empty drain.
 //  2. IO thread -> green thread.  The IO thread completes a request exactly
 //     once (Request::done, IO-thread-owned) by try_put on its empty
-//     mvar<int>; the green thread takes it.  If the put comes first the take
+//     mvar<int>; the green thread takes it (the try_put waits for the end
+//     of the libuv callback: Note [Wake last]).  If the put comes first the take
 //     returns at once; if the take comes first the put serves the parked
 //     taker and wakes it (Note [Waking after unlock]).  The mvar's lock
 //     orders everything the IO thread wrote (err) before the take returns.
@@ -86,6 +87,29 @@
 // unwinds; whichever side drops last deletes the request and its mvar.  So
 // a killed thread leaves no dangling pointer in the IO thread, and the IO
 // thread's try_put never touches a destroyed mvar.
+//
+// Note [Wake last]
+// ~~~~~~~~~~~~~~~~
+// finish() marks a request done and unlinks it, but does not wake its
+// thread: it queues the wake-up in `wakes_`, and each libuv callback
+// (on_async, on_timer, on_poll) ends with flush_wakes(), after every poll
+// mask update, handle close and close(2) of that callback.  A woken thread
+// may at once close(2) its fd, or free the request:
+//  * so the IO thread must not touch the fd afterwards.  Waking before
+//    update_poll let the woken thread close the fd while the IO thread
+//    still removed it from epoll (a race TSan reported; with the number
+//    reused meanwhile, the epoll_ctl would hit an unrelated file);
+//  * so the IO thread must not touch the request afterwards.  A queued
+//    wake-up holds its own reference, dropped after the try_put, so code
+//    that runs between finish() and the flush may still read the request.
+//    (handle() reads r->done after start_wait, which may have finished r:
+//    when finish() woke and released at once, the woken thread could free
+//    r first - the heap-use-after-free ASan reported for a wait on a
+//    regular file.)
+// The mask update itself may still be lazy: libuv applies a narrowed
+// uv_poll_start mask at the next epoll_wait.  Only a handle that is
+// stopped or closed is removed from epoll at once; that is the case that
+// matters, the last waiter of the fd leaving (docs/io.md, plain close(2)).
 //
 // Note [Timer heap]
 // ~~~~~~~~~~~~~~~~~
@@ -114,9 +138,10 @@
 // the next wait.  A user fd is never kept: after a plain close(2) its number
 // may come back as a regular file, which epoll rejects (libuv aborts when a
 // registration it believes valid fails).  close_fd runs on the IO thread:
-// wake every waiter with `closed`, stop and close the handle, then close(2)
-// - in that order, so no waiter can be woken by a later fd reusing the
-// number, and epoll never holds a closed fd.  uv_poll_init also makes the fd
+// finish every waiter with `closed`, stop and close the handle, close(2),
+// and only then wake them (Note [Wake last]) - in that order, so no waiter
+// can be woken by a later fd reusing the number, and epoll never holds a
+// closed fd.  uv_poll_init also makes the fd
 // non-blocking (documented in docs/io.md).  Regular files cannot be polled
 // (EPERM) and never block: a wait on one returns at once.
 #include "io_manager.hpp"
@@ -137,6 +162,8 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "capstan/errors.hpp"
@@ -151,7 +178,7 @@ namespace {
 struct Request;
 struct FdEntry;
 
-enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, cancel, timeout };
+enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, interrupt_fd, cancel, timeout };
 
 // How a request ended: the value put into its mvar.
 enum Outcome : int {
@@ -159,6 +186,7 @@ enum Outcome : int {
   kTimedOut = 1,  // a wait_fd time-out expired first
   kClosed = 2,    // close_fd closed the fd under the waiter
   kFailed = 3,    // libuv could not poll the fd (Request::err)
+  kInterrupted = 4,  // io_interrupt_fd: the fd's owner is closing it
 };
 
 // One message to the IO thread: a request's submission or its cancellation.
@@ -195,8 +223,9 @@ struct Request {
   int err = 0;
 
   mvar<int> box;  // the one-shot outcome
-  // Two owners: Note [Requests are shared].  acq_rel: the last owner must
-  // see every write of the other before deleting.
+  // Two owners: Note [Requests are shared] (plus one while a wake-up is
+  // queued: Note [Wake last]).  acq_rel: the last owner must see every
+  // write of the others before deleting.
   std::atomic<int> refs{2};
 
   void release() noexcept {
@@ -258,6 +287,7 @@ class IoManager {
   void drain();
   void handle(Msg* m);
   void finish(Request* r, int outcome, bool wake);
+  void flush_wakes();
   void finish_and_update(Request* r, int outcome, bool wake) {
     FdEntry* e = r->entry;
     finish(r, outcome, wake);
@@ -270,6 +300,7 @@ class IoManager {
   void update_poll(FdEntry* e);
   void close_entry(FdEntry* e);
   void do_close(Request* r);
+  void do_interrupt(Request* r);
   void stop_everything();
 
   // start/shutdown: life_mu_.  started_: written under life_mu_, read by anyone.
@@ -295,6 +326,10 @@ class IoManager {
   std::uint64_t seq_ = 0;
   std::int64_t armed_for_ = -1;   // deadline timer_ is armed for; -1: stopped
   std::unordered_map<int, FdEntry*> fds_;
+  // fds given to io_interrupt_fd and not yet closed: Note [Interrupted fds].
+  std::unordered_set<int> interrupted_;
+  // Wake-ups queued by finish(), each holding a reference (Note [Wake last]).
+  std::vector<std::pair<Request*, int>> wakes_;
 };
 
 IoManager io;
@@ -351,6 +386,7 @@ void IoManager::on_async(uv_async_t* a) {
   bool stop = self->stopping_.load(std::memory_order_seq_cst);
   self->drain();
   if (stop) self->stop_everything();
+  self->flush_wakes();
 }
 
 void IoManager::drain() {
@@ -386,6 +422,9 @@ void IoManager::handle(Msg* m) {
     case Op::close_fd_nowait:
       do_close(r);
       break;
+    case Op::interrupt_fd:
+      do_interrupt(r);
+      break;
     case Op::cancel:
       finish_and_update(r, kReady, /*wake=*/false);  // nobody takes any more
       r->release();  // the green thread's reference, carried by the message
@@ -393,8 +432,9 @@ void IoManager::handle(Msg* m) {
   }
 }
 
-// finish completes r once: unlinks it from its fd, wakes its thread, drops
-// the IO thread's reference unless a heap entry still points here.
+// finish completes r once: unlinks it from its fd, queues the wake-up of its
+// thread (Note [Wake last]), drops the IO thread's reference unless a heap
+// entry still points here.
 void IoManager::finish(Request* r, int outcome, bool wake) {
   if (r->done) return;
   r->done = true;
@@ -407,10 +447,23 @@ void IoManager::finish(Request* r, int outcome, bool wake) {
   }
   if (r->in_heap) ++stale_;
   if (wake) {
-    if (r->kind == Op::timeout) r->on_expire(r->arg, r->token);
-    else r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+    // The queued wake-up's own reference.  relaxed: the IO thread already
+    // holds one, so this only counts; release() is acq_rel.
+    r->refs.fetch_add(1, std::memory_order_relaxed);
+    wakes_.emplace_back(r, outcome);
   }
   if (!r->in_heap) r->release();
+}
+
+// flush_wakes wakes the threads finish() queued: the last thing each libuv
+// callback does (Note [Wake last]).
+void IoManager::flush_wakes() {
+  for (auto [r, outcome] : wakes_) {
+    if (r->kind == Op::timeout) r->on_expire(r->arg, r->token);  // io_add_timeout
+    else r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+    r->release();             // the wake-up's reference: r may be gone now
+  }
+  wakes_.clear();
 }
 
 // ---------------------------------------------------------------- timers
@@ -485,11 +538,16 @@ void IoManager::on_timer(uv_timer_t* t) {
   self->armed_for_ = -1;  // a one-shot timer that fired is stopped
   self->expire_timers();
   self->rearm_timer();
+  self->flush_wakes();
 }
 
 // ---------------------------------------------------------------- fds
 
 void IoManager::start_wait(Request* r) {
+  if (!interrupted_.empty() && interrupted_.count(r->fd)) {  // Note [Interrupted fds]
+    finish(r, kInterrupted, true);
+    return;
+  }
   FdEntry*& slot = fds_[r->fd];
   if (!slot) {
     auto* e = new FdEntry;
@@ -564,7 +622,8 @@ void IoManager::on_poll(uv_poll_t* p, int status, int events) {
     while (Request* r = e->readers) self->finish(r, kReady, true);
   if (wr)
     while (Request* r = e->writers) self->finish(r, kReady, true);
-  self->update_poll(e);
+  self->update_poll(e);  // before the wake-ups: Note [Wake last]
+  self->flush_wakes();
 }
 
 void IoManager::do_close(Request* r) {
@@ -577,9 +636,33 @@ void IoManager::do_close(Request* r) {
     e->events = 0;
     close_entry(e);
   }
+  interrupted_.erase(r->fd);  // the number may be reused from here on
   int rc = ::close(r->fd);
   r->err = rc == 0 ? 0 : errno;
   finish(r, kReady, r->kind == Op::close_fd);
+}
+
+// Note [Interrupted fds]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// capstan::net closes a socket that other green threads are using in two
+// steps (Note [Closing under a blocked call] in lib/net.cpp): the fd stays
+// open while any call uses it, and the closer sends io_interrupt_fd, which
+// wakes every waiter on it with kInterrupted and fails every later wait on
+// it the same way, until the fd is closed through do_close (which the last
+// call sends).  As the fd is open until then, its number cannot be reused
+// by another file meanwhile, so the set never refers to the wrong file.  A
+// wait and the interrupt can arrive in either order: before, the interrupt
+// finds the waiter; after, the waiter finds the number in the set.
+void IoManager::do_interrupt(Request* r) {
+  interrupted_.insert(r->fd);
+  auto it = fds_.find(r->fd);
+  if (it != fds_.end()) {
+    FdEntry* e = it->second;
+    for (Request** list : {&e->readers, &e->writers})
+      while (Request* w = *list) finish(w, kInterrupted, true);
+    update_poll(e);  // no waiters: stopped (sticky) or closed
+  }
+  finish(r, kReady, false);
 }
 
 // stop_everything ends the loop: every handle is closed, every request
@@ -599,6 +682,7 @@ void IoManager::stop_everything() {
   }
   heap_.clear();
   stale_ = 0;
+  interrupted_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
 }
@@ -682,6 +766,8 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, b
     case kClosed:
       throw io_error(fmt::format(
           "{}: fd {} was closed by close_fd while this thread waited on it", what, fd));
+    case kInterrupted:
+      throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what, fd));
     default:
       throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(err)));
   }
@@ -714,6 +800,19 @@ void io_close_fd_nowait(int fd) noexcept {
   r->refs.store(1, std::memory_order_relaxed);  // nobody waits: the IO thread's only
   io.push(&r->submit);
 }
+
+void io_interrupt_fd(int fd) noexcept {
+  // Nothing can wait on fd unless the IO manager runs: the waiter starts it
+  // (io_start) before it counts itself as a user of the fd, so a closer
+  // that saw the count sees started() (lib/net.cpp).
+  if (fd < 0 || !io.started()) return;
+  Request* r = new_request(Op::interrupt_fd);
+  r->fd = fd;
+  r->refs.store(1, std::memory_order_relaxed);  // nobody waits: the IO thread's only
+  io.push(&r->submit);
+}
+
+void io_start() { io.ensure_started(); }
 
 void io_shutdown() noexcept { io.shutdown(); }
 

@@ -25,7 +25,8 @@ void io_sleep(long long ns);
 // io_wait_fd parks the calling green thread until fd is readable (writable
 // if `writable`), or at EOF/error; timeout_ns < 0 waits without a
 // time-out.  Returns false if the time-out expired first.  Throws io_error
-// if fd is closed with io_close_fd meanwhile or cannot be polled.  `what`
+// if fd is closed with io_close_fd or interrupted with io_interrupt_fd
+// meanwhile, or cannot be polled.  `what`
 // names the public call in errors.  `sticky`: fd is a capstan::net socket,
 // always closed through io_close_fd, so its libuv handle may be kept
 // between waits (Note [fd registrations]).
@@ -41,6 +42,19 @@ void io_close_fd(int fd);
 // destructors, which must not block or throw).  Off a runtime, or when the
 // IO manager has not started, it closes fd directly.
 void io_close_fd_nowait(int fd) noexcept;
+
+// io_interrupt_fd wakes every green thread waiting on fd with io_error
+// ("fd N was closed while this thread waited on it") and fails every later
+// wait on fd the same way, until fd is closed with io_close_fd or
+// io_close_fd_nowait.  fd must stay open until then (Note [Interrupted
+// fds]).  Does not wait; any thread.  A no-op when the IO manager has not
+// started: callers make sure a waiter would have started it (io_start).
+void io_interrupt_fd(int fd) noexcept;
+
+// io_start starts the IO thread if this run has none yet; call it on a
+// green thread only (the thread is stopped by io_shutdown at the end of
+// the run).
+void io_start();
 
 // io_shutdown stops the IO thread, drops every pending request and frees
 // the loop.  run_main calls it after the schedulers have stopped; a later

@@ -9,16 +9,26 @@
 //
 // Sockets are non-blocking underneath; a call that would block waits with
 // wait_readable / wait_writable (io.hpp).  Errors throw std::system_error
-// naming the operation, the address or fd; close() goes through close_fd,
-// so a thread blocked on the socket is woken with io_error, never left
-// hanging.  See docs/io.md.
+// naming the operation, the address or fd.  close() may be called while
+// other green threads are blocked on the socket: they are woken with
+// io_error, never left hanging, and the fd is closed when the last of them
+// returns.  Moving or destroying a socket while another thread uses it is
+// undefined, as for any object.  See docs/io.md.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace capstan::net {
+
+namespace detail {
+// use_ of a socket: kClosed once close() ran, plus the number of calls
+// using the fd (lib/net.cpp, Note [Closing under a blocked call]).
+inline constexpr unsigned kClosed = 1u << 31;
+}  // namespace detail
 
 // connection is one connected TCP socket (TCP_NODELAY on).  Movable, not
 // copyable; the destructor closes it.
@@ -28,7 +38,9 @@ class connection {
   // connection(fd) takes ownership of a connected socket; it is made
   // non-blocking.
   explicit connection(int fd);
-  connection(connection&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  connection(connection&& o) noexcept
+      : fd_(std::exchange(o.fd_, -1)),
+        use_(o.use_.exchange(detail::kClosed, std::memory_order_relaxed)) {}
   connection& operator=(connection&& o) noexcept;
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
@@ -43,15 +55,21 @@ class connection {
   void write_all(const void* buf, std::size_t n);
   // shutdown_write sends end-of-stream to the peer (shutdown(SHUT_WR)).
   void shutdown_write();
-  // close closes the socket now (through close_fd: waiters get io_error).
-  // Idempotent.
+  // close closes the socket: at once (through close_fd) if no other call
+  // uses it; otherwise it wakes the threads blocked in read/write_all on it
+  // with io_error, and the last of them to return closes it.  Later calls
+  // throw.  Idempotent; any thread.
   void close();
   // fd is the socket, or -1 once closed or moved from.
-  int fd() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
+  int fd() const {
+    return use_.load(std::memory_order_acquire) & detail::kClosed ? -1 : fd_;
+  }
+  explicit operator bool() const { return fd() >= 0; }
 
  private:
-  int fd_ = -1;  // owned by whoever holds the connection
+  int fd_ = -1;  // set at construction and by moves only
+  // kClosed | calls using fd_ (Note [Closing under a blocked call]).
+  std::atomic<unsigned> use_{detail::kClosed};
 };
 
 // listener is a listening TCP socket.  Movable, not copyable; the
@@ -62,7 +80,9 @@ class listener {
   // listen binds host:port (port 0: any free port; host a numeric address
   // or a name, resolved with getaddrinfo) and listens with `backlog`.
   static listener listen(const std::string& host, std::uint16_t port, int backlog = 1024);
-  listener(listener&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  listener(listener&& o) noexcept
+      : fd_(std::exchange(o.fd_, -1)),
+        use_(o.use_.exchange(detail::kClosed, std::memory_order_relaxed)) {}
   listener& operator=(listener&& o) noexcept;
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
@@ -72,13 +92,20 @@ class listener {
   connection accept();
   // port is the bound port (useful after listen(host, 0)).
   std::uint16_t port() const;
-  // close stops listening (through close_fd: a thread in accept gets
-  // io_error).  Idempotent.
+  // close stops listening, as connection::close: a thread blocked in
+  // accept gets io_error, and the last call using the socket closes it.
+  // Idempotent; any thread.
   void close();
-  int fd() const { return fd_; }
+  // fd is the socket, or -1 once closed or moved from.
+  int fd() const {
+    return use_.load(std::memory_order_acquire) & detail::kClosed ? -1 : fd_;
+  }
 
  private:
-  int fd_ = -1;  // owned by whoever holds the listener
+  int fd_ = -1;  // set at construction and by moves only
+  // kClosed | calls using fd_ (Note [Closing under a blocked call]);
+  // mutable: port() is a call too.
+  mutable std::atomic<unsigned> use_{detail::kClosed};
 };
 
 // connect opens a TCP connection to host:port, parking until it is
