@@ -11,9 +11,12 @@
 // callback-driven and owned by the loop thread, so every read would be a
 // cross-thread buffer hand-off; here the green thread reads into its own
 // buffer and the IO thread only reports readiness, as GHC's IO manager.
-// Name resolution uses getaddrinfo, which may block the capability for a
-// non-numeric host (GHC makes it a safe foreign call; capstan has none yet).
+// Name resolution: numeric addresses are parsed in place; any other name goes
+// through getaddrinfo inside capstan::safe_call, as GHC makes it a safe
+// foreign call, so a slow DNS lookup blocks only the calling green thread.
 #include "capstan/net.hpp"
+
+#include "capstan/foreign.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -180,7 +183,13 @@ addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* res = nullptr;
   std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  const char* node = host.empty() ? nullptr : host.c_str();
+  hints.ai_flags |= AI_NUMERICHOST;  // never blocks
+  int rc = ::getaddrinfo(node, service.c_str(), &hints, &res);
+  if (rc == EAI_NONAME && node) {  // a name: may wait for DNS, so release the capability
+    hints.ai_flags &= ~AI_NUMERICHOST;
+    rc = capstan::safe_call([&] { return ::getaddrinfo(node, service.c_str(), &hints, &res); });
+  }
   if (rc != 0)
     throw std::system_error(rc == EAI_SYSTEM ? errno : EINVAL, std::generic_category(),
                             fmt::format("{}: cannot resolve '{}': {}", what, host,

@@ -130,6 +130,21 @@ TEST_P(Net, EchoRoundTrip) {
   });
 }
 
+// A host name is resolved inside safe_call (a numeric one in place).
+TEST_P(Net, ConnectsByHostName) {
+  run([] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    capstan::mvar<int> stopped;
+    echo_server(l, stopped);
+    auto c = capstan::net::connect("localhost", l.port());
+    c.write_all("x", 1);
+    EXPECT_EQ(read_exactly(c, 1), "x");
+    c.shutdown_write();
+    l.close();
+    stopped.take();
+  });
+}
+
 TEST_P(Net, ThousandConcurrentEchoClients) {
   const int n = 1000 / kScale;
   int ok = run([n] {
