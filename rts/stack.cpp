@@ -51,6 +51,11 @@ void StackArena::new_slab_locked() {
 }
 
 void* StackArena::carve_locked() {
+  if (!warm_.empty()) {  // resident: no page faults for the next user
+    void* s = warm_.back();
+    warm_.pop_back();
+    return s;
+  }
   if (!cold_.empty()) {
     void* s = cold_.back();
     cold_.pop_back();
@@ -84,11 +89,36 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
   cold_.insert(cold_.end(), stacks, stacks + n);
 }
 
+void StackArena::park_warm(void* const* stacks, std::size_t n) {
+  std::vector<void*> old;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    warm_.insert(warm_.end(), stacks, stacks + n);
+    if (warm_.size() > kWarmMax) {
+      auto excess = static_cast<std::ptrdiff_t>(warm_.size() - kWarmMax);
+      old.assign(warm_.begin(), warm_.begin() + excess);
+      warm_.erase(warm_.begin(), warm_.begin() + excess);
+    }
+  }
+  if (!old.empty()) give_back(old.data(), old.size());
+}
+
+void StackArena::release_warm() {
+  std::vector<void*> all;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (warm_.empty()) return;
+    all.swap(warm_);
+  }
+  give_back(all.data(), all.size());
+}
+
 void StackArena::release_all() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& [p, n] : slabs_) munmap(p, n);
   slabs_.clear();
   cold_.clear();
+  warm_.clear();
   slab_next_ = nullptr;
   slab_left_ = 0;
   mappings_ = guarded_ = carved_ = 0;
@@ -107,15 +137,23 @@ bool StackArena::is_guard_page(const void* addr, const void* stack_lo) const {
 // several capabilities, a TLB shoot-down IPI to every core running this
 // process: 18% of `delay` at -N2 when the pool trimmed to the watermark as
 // soon as it passed twice it.  So a busy capability lets its pool grow to
-// kBusyFactor x the watermark before trimming, and the pool goes back to
-// the watermark when the capability falls idle (idle(), before it sleeps),
-// when nobody is waiting for it.  Memory kept beyond the watermark is thus
-// bounded, and released as soon as the burst is over.
-void StackPool::trim() {
+// kBusyFactor x the watermark, and then parks the excess in the arena's
+// warm list - still resident - where any capability's next allocation takes
+// it first (at -N2 one capability often finishes the threads the other
+// forks, so stacks flow one way).  Only beyond StackArena::kWarmMax stacks
+// is memory released while busy.  When a capability falls idle (idle(),
+// before it sleeps) its pool goes back to the watermark, into the warm
+// list; the ticker releases the warm list once every capability has been
+// idle for two ticks, just before it parks (a capability that merely
+// pauses between bursts must not pay a shoot-down per stack).  Memory kept
+// beyond the watermark is bounded (kBusyFactor x watermark per capability
+// plus kWarmMax), and returned within a few ticks of the runtime going idle.
+void StackPool::trim(bool busy) {
   // Keep the watermark's worth of the most recently used (top of the LIFO),
   // give the coldest back to the OS in one batch.
   std::size_t excess = free_.size() - watermark_;
-  arena_->give_back(free_.data(), excess);
+  if (busy) arena_->park_warm(free_.data(), excess);
+  else arena_->give_back(free_.data(), excess);
   free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(excess));
 }
 

@@ -44,6 +44,12 @@ class StackArena {
   void allocate_batch(std::vector<void*>& out, std::size_t n);
   // give_back returns stacks whose memory is to be released to the OS.
   void give_back(void* const* stacks, std::size_t n);
+  // park_warm returns stacks that keep their memory, for any capability to
+  // reuse; beyond kWarmMax the oldest are released.  Note [Trimming when idle].
+  void park_warm(void* const* stacks, std::size_t n);
+  // release_warm gives the memory of every warm stack back to the OS.
+  void release_warm();
+  static constexpr std::size_t kWarmMax = 4096;
 
   std::size_t size() const { return usable_; }
   GuardMode guard_mode() const { return guard_mode_; }
@@ -70,6 +76,7 @@ class StackArena {
   std::size_t slab_left_ = 0;
   std::vector<std::pair<void*, std::size_t>> slabs_;  // guarded by mu_
   std::vector<void*> cold_;    // released stacks ready for reuse (guarded by mu_)
+  std::vector<void*> warm_;    // pooled stacks still resident, oldest first (guarded by mu_)
   std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
 };
 
@@ -90,17 +97,18 @@ class StackPool {
   static constexpr std::size_t kBusyFactor = 8;
   void put(void* s) {
     free_.push_back(s);
-    if (free_.size() > kBusyFactor * watermark_ + 16) [[unlikely]] trim();
+    if (free_.size() > kBusyFactor * watermark_ + 16) [[unlikely]] trim(true);
   }
-  // trim_idle gives the stacks beyond the watermark back to the OS; called
-  // when the capability has nothing to run.
+  // trim_idle moves the stacks beyond the watermark to the arena's warm
+  // list (released when the whole runtime is idle); called when the
+  // capability has nothing to run.
   void trim_idle() {
-    if (free_.size() > watermark_) trim();
+    if (free_.size() > watermark_) trim(true);
   }
   std::size_t pooled() const { return free_.size(); }
 
  private:
-  void trim();
+  void trim(bool busy);
   StackArena* arena_ = nullptr;
   std::size_t watermark_ = 0;
   std::vector<void*> free_;

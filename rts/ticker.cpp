@@ -92,6 +92,7 @@ void Ticker::loop() {
     if (idle_ticks >= 2 && !rt.shutting_down.load(std::memory_order_relaxed)) {
       rt.ticker_parked.store(1, std::memory_order_seq_cst);
       if (rt.n_idle.load(std::memory_order_seq_cst) == rt.n_caps) {
+        rt.arena.release_warm();  // Note [Trimming when idle]
         while (rt.ticker_parked.load(std::memory_order_seq_cst) == 1 &&
                !quit_.load(std::memory_order_seq_cst))
           futex_wait(&rt.ticker_parked, 1);
