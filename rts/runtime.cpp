@@ -379,7 +379,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   // leaves before the Tasks and capabilities are freed.
   for (std::uint32_t n; (n = rt.os_threads.load(std::memory_order_acquire)) != 0;)
     futex_wait(&rt.os_threads, n);
-  for (std::uint32_t n; (n = rt.incalls.load(std::memory_order_acquire)) != 0;)
+  for (std::uint32_t n; (n = rt.incalls.load(std::memory_order_seq_cst)) != 0;)
     futex_wait(&rt.incalls, n);
   ticker.stop();
   leave_signal_stack(task0);

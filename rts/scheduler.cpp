@@ -664,6 +664,10 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
 // thread (tests/rts/foreign/bound_test.cpp checks gettid()).
 // A fork_os or in-call Task leaves schedule() when its thread finishes,
 // giving its capability up (release_capability).
+void drain_inbox_now(Capability* cap) {
+  if (cap->inbox.maybe_nonempty()) drain_inbox(cap);
+}
+
 void switch_to_scheduler_capless(Task* task, Thread* cur) {
   switch_to(task, nullptr, cur, nullptr, false);
 }

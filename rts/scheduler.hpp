@@ -34,6 +34,9 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
 // thread has finished (Note [Bound threads]).
 void schedule(Task* task);
 
+// drain_inbox_now moves the inbox into the run queue (the holder only).
+void drain_inbox_now(Capability* cap);
+
 // switch_to_scheduler_capless leaves `cur` for the scheduler context of
 // `task`, which holds no capability (a safe call returning the slow way).
 void switch_to_scheduler_capless(Task* task, Thread* cur);

@@ -63,7 +63,13 @@ void leave_incall() {
   if (rt.shutting_down.load(std::memory_order_acquire) && rt.shutdown_events)
     rt.shutdown_events->notify();
   // Last touch of the runtime: run() may free everything once this is 0.
-  if (rt.incalls.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake(&rt.incalls, INT_MAX);
+  // run() waits on the count only after setting stop, so the futex wake (a
+  // system call) is needed only then: seq_cst on both sides - run() stores
+  // stop, then reads the count; we decrement, then read stop - so either
+  // run() sees our decrement or we see stop.
+  if (rt.incalls.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      rt.stop.load(std::memory_order_seq_cst))
+    futex_wake(&rt.incalls, INT_MAX);
 }
 
 Capability* claim_any(Capability* hint) {

@@ -146,6 +146,9 @@ void release_capability(Task* task) noexcept {
   task->cap = nullptr;
   cap->current = nullptr;
   detail::tl_spark_pool = nullptr;
+  // A bound thread waiting in the inbox (another in-call, say) gets the
+  // capability straight from us: one OS hand-off, not two via a spare.
+  drain_inbox_now(cap);
   Thread* front = cap->run_queue.front();
   if (front && front->bound_task && front->bound_task != task) {
     cap->run_queue.pop_front();
