@@ -67,7 +67,7 @@ void close_socket(int fd) {
 // system call and its wait, or yielding (Note [Retry before registering]):
 // it would go on to accept/read on a closed fd - or on another socket that
 // reused the number - or park on it for ever.  So, as Go's poll.FD, each
-// socket counts the calls using its fd in `use_`, next to a kClosed bit:
+// socket counts the calls using its fd in `socket_fd::use`, next to a kClosed bit:
 //  * a call (class user) counts itself in, failing with EBADF if kClosed is
 //    set, and out when it returns or unwinds; the last one out after a
 //    close() closes the fd (io_close_fd_nowait: it may be unwinding);
@@ -199,40 +199,40 @@ addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
 
 }  // namespace
 
+// ---------------------------------------------------------------- socket_fd
+
+namespace detail {
+
+socket_fd& socket_fd::operator=(socket_fd&& o) noexcept {
+  if (this != &o) {
+    if (!(use.load(std::memory_order_relaxed) & kClosed)) rts::io_close_fd_nowait(fd);
+    fd = std::exchange(o.fd, -1);
+    use.store(o.use.exchange(kClosed, std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  return *this;
+}
+
+socket_fd::~socket_fd() {
+  if (!(use.load(std::memory_order_relaxed) & kClosed)) rts::io_close_fd_nowait(fd);
+}
+
+}  // namespace detail
+
 // ---------------------------------------------------------------- connection
 
-connection::connection(int fd) : fd_(fd) {
+connection::connection(int fd) {
   if (fd < 0)
     throw std::invalid_argument(
         fmt::format("capstan::net::connection: fd {} is not a file descriptor", fd));
   int fl = ::fcntl(fd, F_GETFL);
   if (fl >= 0 && !(fl & O_NONBLOCK)) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-  use_.store(0, std::memory_order_relaxed);  // open; not shared yet
-}
-
-// Moves and the destructor need the object to themselves (no call in
-// flight), so relaxed suffices: whatever made them exclusive ordered them.
-connection& connection::operator=(connection&& o) noexcept {
-  if (this != &o) {
-    if (!(use_.load(std::memory_order_relaxed) & detail::kClosed))
-      rts::io_close_fd_nowait(fd_);
-    fd_ = std::exchange(o.fd_, -1);
-    use_.store(o.use_.exchange(detail::kClosed, std::memory_order_relaxed),
-               std::memory_order_relaxed);
-  }
-  return *this;
-}
-
-// The destructor may run while unwinding thread_killed: it must neither
-// block nor throw, so it leaves the close to the IO thread.
-connection::~connection() {
-  if (!(use_.load(std::memory_order_relaxed) & detail::kClosed)) rts::io_close_fd_nowait(fd_);
+  s_ = detail::socket_fd(fd);  // open; not shared yet
 }
 
 std::size_t connection::read(void* buf, std::size_t n) {
   const char* what = "capstan::net::connection::read";
-  user u(use_);
-  int fd = enter(u, fd_, what, "connection");
+  user u(s_.use);
+  int fd = enter(u, s_.fd, what, "connection");
   bool retried = false;
   for (;;) {
     long k = sys_result(::read(fd, buf, n));
@@ -243,14 +243,14 @@ std::size_t connection::read(void* buf, std::size_t n) {
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
       fail(static_cast<int>(-k), fmt::format("{}(fd {})", what, fd));
-    wait_ready(fd, false, retried, what, use_);
+    wait_ready(fd, false, retried, what, s_.use);
   }
 }
 
 void connection::write_all(const void* buf, std::size_t n) {
   const char* what = "capstan::net::connection::write_all";
-  user u(use_);
-  int fd = enter(u, fd_, what, "connection");
+  user u(s_.use);
+  int fd = enter(u, s_.fd, what, "connection");
   auto* p = static_cast<const char*>(buf);
   bool retried = false;
   while (n > 0) {
@@ -263,21 +263,21 @@ void connection::write_all(const void* buf, std::size_t n) {
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
       fail(static_cast<int>(-k), fmt::format("{}(fd {})", what, fd));
-    wait_ready(fd, true, retried, what, use_);
+    wait_ready(fd, true, retried, what, s_.use);
   }
   capstan::detail::safe_point();
 }
 
 void connection::shutdown_write() {
-  user u(use_);
+  user u(s_.use);
   if (!u.in()) return;  // closed: nothing to shut down
-  int fd = enter(u, fd_, "", "");
+  int fd = enter(u, s_.fd, "", "");
   long rc = sys_result(::shutdown(fd, SHUT_WR));
   if (rc < 0)
     fail(static_cast<int>(-rc), fmt::format("capstan::net::connection::shutdown_write(fd {})", fd));
 }
 
-void connection::close() { close_use(use_, fd_); }
+void connection::close() { close_use(s_.use, s_.fd); }
 
 connection connect(const std::string& host, std::uint16_t port) {
   const char* what = "capstan::net::connect";
@@ -311,22 +311,6 @@ connection connect(const std::string& host, std::uint16_t port) {
 
 // ---------------------------------------------------------------- listener
 
-// As connection's: relaxed, the object is the caller's alone.
-listener& listener::operator=(listener&& o) noexcept {
-  if (this != &o) {
-    if (!(use_.load(std::memory_order_relaxed) & detail::kClosed))
-      rts::io_close_fd_nowait(fd_);
-    fd_ = std::exchange(o.fd_, -1);
-    use_.store(o.use_.exchange(detail::kClosed, std::memory_order_relaxed),
-               std::memory_order_relaxed);
-  }
-  return *this;
-}
-
-listener::~listener() {
-  if (!(use_.load(std::memory_order_relaxed) & detail::kClosed)) rts::io_close_fd_nowait(fd_);
-}
-
 listener listener::listen(const std::string& host, std::uint16_t port, int backlog) {
   const char* what = "capstan::net::listener::listen";
   if (backlog < 1)
@@ -341,12 +325,11 @@ listener listener::listen(const std::string& host, std::uint16_t port, int backl
       continue;
     }
     listener l;
-    l.fd_ = static_cast<int>(fd);
-    l.use_.store(0, std::memory_order_relaxed);  // open; not shared yet
+    l.s_ = detail::socket_fd(static_cast<int>(fd));  // open; not shared yet
     int one = 1;
-    ::setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    long rc = sys_result(::bind(l.fd_, a->ai_addr, a->ai_addrlen));
-    if (rc == 0) rc = sys_result(::listen(l.fd_, backlog));
+    ::setsockopt(l.s_.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    long rc = sys_result(::bind(l.s_.fd, a->ai_addr, a->ai_addrlen));
+    if (rc == 0) rc = sys_result(::listen(l.s_.fd, backlog));
     if (rc == 0) return l;
     last = static_cast<int>(-rc);
   }
@@ -355,8 +338,8 @@ listener listener::listen(const std::string& host, std::uint16_t port, int backl
 
 connection listener::accept() {
   const char* what = "capstan::net::listener::accept";
-  user u(use_);
-  int lfd = enter(u, fd_, what, "listener");
+  user u(s_.use);
+  int lfd = enter(u, s_.fd, what, "listener");
   bool retried = false;
   for (;;) {
     long fd = sys_result(::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
@@ -369,14 +352,14 @@ connection listener::accept() {
     if (fd == -EINTR || fd == -ECONNABORTED || fd == -EPROTO) continue;
     if (fd != -EAGAIN && fd != -EWOULDBLOCK)
       fail(static_cast<int>(-fd), fmt::format("{}(fd {})", what, lfd));
-    wait_ready(lfd, false, retried, what, use_);
+    wait_ready(lfd, false, retried, what, s_.use);
   }
 }
 
 std::uint16_t listener::port() const {
   const char* what = "capstan::net::listener::port";
-  user u(use_);
-  int fd = enter(u, fd_, what, "listener");
+  user u(s_.use);
+  int fd = enter(u, s_.fd, what, "listener");
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
@@ -385,6 +368,6 @@ std::uint16_t listener::port() const {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
-void listener::close() { close_use(use_, fd_); }
+void listener::close() { close_use(s_.use, s_.fd); }
 
 }  // namespace capstan::net

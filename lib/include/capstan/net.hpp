@@ -28,6 +28,28 @@ namespace detail {
 // use_ of a socket: kClosed once close() ran, plus the number of calls
 // using the fd (lib/net.cpp, Note [Closing under a blocked call]).
 inline constexpr unsigned kClosed = 1u << 31;
+
+// socket_fd owns a socket for connection and listener: the fd, and the
+// count of calls using it.  Moving leaves the source closed; destroying
+// an open one hands the close to the IO thread without waiting (it may
+// run while unwinding thread_killed).
+struct socket_fd {
+  socket_fd() = default;
+  explicit socket_fd(int f) : fd(f), use(0) {}
+  // Moves and the destructor need the object to themselves (no call in
+  // flight), so relaxed suffices: whatever made them exclusive ordered them.
+  socket_fd(socket_fd&& o) noexcept
+      : fd(std::exchange(o.fd, -1)), use(o.use.exchange(kClosed, std::memory_order_relaxed)) {}
+  socket_fd& operator=(socket_fd&& o) noexcept;
+  ~socket_fd();
+  // open_fd is the socket, or -1 once closed or moved from.
+  int open_fd() const { return use.load(std::memory_order_acquire) & kClosed ? -1 : fd; }
+
+  int fd = -1;  // set at construction and by moves only
+  // kClosed | calls using fd (Note [Closing under a blocked call]);
+  // mutable: listener::port() is a call too.
+  mutable std::atomic<unsigned> use{kClosed};
+};
 }  // namespace detail
 
 // connection is one connected TCP socket (TCP_NODELAY on).  Movable, not
@@ -38,13 +60,11 @@ class connection {
   // connection(fd) takes ownership of a connected socket; it is made
   // non-blocking.
   explicit connection(int fd);
-  connection(connection&& o) noexcept
-      : fd_(std::exchange(o.fd_, -1)),
-        use_(o.use_.exchange(detail::kClosed, std::memory_order_relaxed)) {}
-  connection& operator=(connection&& o) noexcept;
+  connection(connection&& o) noexcept = default;
+  connection& operator=(connection&& o) noexcept = default;
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
-  ~connection();
+  ~connection() = default;
 
   // read reads at most n bytes into buf, parking until at least one is
   // available; returns how many, 0 at end of stream.
@@ -61,15 +81,11 @@ class connection {
   // throw.  Idempotent; any thread.
   void close();
   // fd is the socket, or -1 once closed or moved from.
-  int fd() const {
-    return use_.load(std::memory_order_acquire) & detail::kClosed ? -1 : fd_;
-  }
+  int fd() const { return s_.open_fd(); }
   explicit operator bool() const { return fd() >= 0; }
 
  private:
-  int fd_ = -1;  // set at construction and by moves only
-  // kClosed | calls using fd_ (Note [Closing under a blocked call]).
-  std::atomic<unsigned> use_{detail::kClosed};
+  detail::socket_fd s_;
 };
 
 // listener is a listening TCP socket.  Movable, not copyable; the
@@ -80,13 +96,11 @@ class listener {
   // listen binds host:port (port 0: any free port; host a numeric address
   // or a name, resolved with getaddrinfo) and listens with `backlog`.
   static listener listen(const std::string& host, std::uint16_t port, int backlog = 1024);
-  listener(listener&& o) noexcept
-      : fd_(std::exchange(o.fd_, -1)),
-        use_(o.use_.exchange(detail::kClosed, std::memory_order_relaxed)) {}
-  listener& operator=(listener&& o) noexcept;
+  listener(listener&& o) noexcept = default;
+  listener& operator=(listener&& o) noexcept = default;
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
-  ~listener();
+  ~listener() = default;
 
   // accept parks until a client connects and returns its connection.
   connection accept();
@@ -97,15 +111,10 @@ class listener {
   // Idempotent; any thread.
   void close();
   // fd is the socket, or -1 once closed or moved from.
-  int fd() const {
-    return use_.load(std::memory_order_acquire) & detail::kClosed ? -1 : fd_;
-  }
+  int fd() const { return s_.open_fd(); }
 
  private:
-  int fd_ = -1;  // set at construction and by moves only
-  // kClosed | calls using fd_ (Note [Closing under a blocked call]);
-  // mutable: port() is a call too.
-  mutable std::atomic<unsigned> use_{detail::kClosed};
+  detail::socket_fd s_;
 };
 
 // connect opens a TCP connection to host:port, parking until it is
