@@ -38,12 +38,7 @@ class mvar {
   T take() {
     {
       op g(core_);
-      if (value_) {
-        T v = std::move(*value_);
-        value_.reset();
-        refill_from_putter(g.woken);
-        return v;
-      }
+      if (value_) return take_value(g.woken);
       std::optional<T> dest;
       detail::waiter w;
       w.kind = detail::waiter::take;
@@ -103,13 +98,8 @@ class mvar {
   // try_take empties the mvar and returns its value, or nullopt if empty.
   std::optional<T> try_take() {
     op g(core_);
-    std::optional<T> r;
-    if (value_) {
-      r.emplace(std::move(*value_));
-      value_.reset();
-      refill_from_putter(g.woken);
-    }
-    return r;
+    if (!value_) return std::nullopt;
+    return take_value(g.woken);
   }
 
   // try_put fills the mvar with v and returns true, or returns false if full.
@@ -164,12 +154,7 @@ class mvar {
 
   std::optional<T> take_timed(long long ns) {
     op g(core_);
-    if (value_) {
-      std::optional<T> v(std::move(*value_));
-      value_.reset();
-      refill_from_putter(g.woken);
-      return v;
-    }
+    if (value_) return take_value(g.woken);
     if (ns <= 0) return std::nullopt;
     std::optional<T> dest;
     detail::waiter w;
@@ -198,6 +183,13 @@ class mvar {
       return;
     }
     value_.emplace(std::move(v));
+  }
+  // take_value empties a full mvar (lock held) and returns its value.
+  T take_value(detail::wake_list& woken) {
+    T v = std::move(*value_);
+    value_.reset();
+    refill_from_putter(woken);
+    return v;
   }
   // refill_from_putter: the mvar just became empty (lock held), so any
   // waiter is a putter; the oldest one's value goes in and it is woken.
