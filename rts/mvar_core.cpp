@@ -156,8 +156,9 @@ bool mvar_core::park_timed(waiter& w, long long ns) {
 void* mvar_core::serve(waiter& w) noexcept {
   remove(w);
   auto* t = static_cast<Thread*>(w.thread);
-  if (w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed) ||
-      !rts::my_task_before_switch() || !rts::my_task_before_switch()->cap) [[unlikely]] {
+  rts::Task* me = rts::my_task_before_switch();
+  if (w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed) || !me || !me->cap)
+      [[unlikely]] {
     // (An OS thread holding no capability - a plain thread, or one inside
     // safe_call - is not covered by the killer's quiescence check.)
     t->wait_lock.lock();  // Note [Killing a blocked thread]

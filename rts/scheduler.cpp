@@ -108,17 +108,6 @@ inline void after_switch(PostSwitch* p) {
     // The blocked thread is off its stack: others may wake it now.
     lock->store(false, std::memory_order_release);
   }
-  if (p->release_cap) [[unlikely]] {
-    // Note [Unbound threads on a bound Task]: we are in the scheduler
-    // context of a bound Task; the thread that left waits at the front.
-    p->release_cap = false;
-    Task* task = my_task();
-    Capability* cap = task->cap;
-    task->cap = nullptr;
-    cap->current = nullptr;
-    detail::tl_spark_pool = nullptr;
-    release_to_spare(cap);
-  }
   if (Thread* t = p->migrant) [[unlikely]] {
     p->migrant = nullptr;
     Capability* target = p->migrate_to;
@@ -676,7 +665,7 @@ void move_off_bound_task(Task* task, Thread* cur) {
   Capability* cap = task->cap;
   cur->state = ThreadState::runnable;
   cap->run_queue.push_front(cur);
-  task->post.release_cap = true;
+  task->pass_cap_to_spare = true;  // done by our scheduler context
   switch_to(task, cap, cur, nullptr, false);
 }
 
@@ -717,6 +706,16 @@ void schedule(Task* task) {
     if (task->bound_done) [[unlikely]] {
       release_capability(task);
       return;
+    }
+    if (task->pass_cap_to_spare) [[unlikely]] {
+      // Note [Unbound threads on a bound Task]: the thread that left waits
+      // at the front of the queue for a spare.
+      task->pass_cap_to_spare = false;
+      task->cap = nullptr;
+      cap->current = nullptr;
+      detail::tl_spark_pool = nullptr;
+      release_to_spare(cap);
+      continue;
     }
     if (Thread* h = cap->handoff) [[unlikely]] {
       cap->handoff = nullptr;

@@ -181,6 +181,7 @@ Task* new_task(TaskKind kind) {
     t->next_spare = nullptr;
     t->bound_thread = nullptr;
     t->bound_done = false;
+    t->pass_cap_to_spare = false;
   } else {
     rt.tasks.push_back(std::make_unique<Task>());
     t = rt.tasks.back().get();

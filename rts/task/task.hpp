@@ -54,7 +54,6 @@ struct PostSwitch {
   Thread* migrant = nullptr;                 // send to migrate_to's inbox once off its stack
   Capability* migrate_to = nullptr;
   bool migrant_priority = false;             // a thread returning from a safe call
-  bool release_cap = false;                  // pass the capability to a spare (safe_call.cpp)
 };
 
 enum class TaskKind : std::uint8_t { main, worker, os_bound, foreign };
@@ -76,6 +75,7 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   // --- bound threads (Note [Bound threads]) --------------------------------
   Thread* bound_thread = nullptr;  // [owner] the bound thread this Task serves, while it lives
   bool bound_done = false;         // [owner] it finished: leave schedule()
+  bool pass_cap_to_spare = false;  // [owner] Note [Unbound threads on a bound Task]
   // The green thread whose safe call this Task is running, or null: read by
   // shutdown (relaxed) to wait for foreign calls.  Note [Shutdown].
   std::atomic<Thread*> in_safe_call{nullptr};
