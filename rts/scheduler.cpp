@@ -711,18 +711,12 @@ void schedule(Task* task) {
       // Note [Unbound threads on a bound Task]: the thread that left waits
       // at the front of the queue for a spare.
       task->pass_cap_to_spare = false;
-      task->cap = nullptr;
-      cap->current = nullptr;
-      detail::tl_spark_pool = nullptr;
-      release_to_spare(cap);
+      release_to_spare(drop_capability(task));
       continue;
     }
     if (Thread* h = cap->handoff) [[unlikely]] {
       cap->handoff = nullptr;
-      task->cap = nullptr;
-      cap->current = nullptr;
-      detail::tl_spark_pool = nullptr;
-      give(h->bound_task, cap, h);
+      give(h->bound_task, drop_capability(task), h);
       continue;
     }
     if (Thread* t = pick(cap)) {

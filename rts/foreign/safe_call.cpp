@@ -133,14 +133,11 @@ void safe_call_enter(safe_call_frame& f) {
     // address computed above is reused (Note [TLS across a switch]).
     return safe_call_enter(f);
   }
-  Capability* cap = task->cap;
+  task->in_safe_call.store(cur, std::memory_order_relaxed);
+  Capability* cap = drop_capability(task);
   f.task = task;
   f.thread = cur;
   f.cap = cap;
-  task->in_safe_call.store(cur, std::memory_order_relaxed);
-  cap->current = nullptr;
-  task->cap = nullptr;
-  tl_spark_pool = nullptr;
   if (!cap->run_queue.empty() || cap->sparks.size() != 0 || cap->backlog_n != 0) [[unlikely]] {
     release_to_spare(cap);  // work waits: let a spare run it now
     return;

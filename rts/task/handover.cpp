@@ -61,6 +61,14 @@ void take_capability(Task* task, Capability* cap) noexcept {
   detail::tl_spark_pool = &cap->sparks;
 }
 
+Capability* drop_capability(Task* task) noexcept {
+  Capability* cap = task->cap;
+  task->cap = nullptr;
+  cap->current = nullptr;
+  detail::tl_spark_pool = nullptr;
+  return cap;
+}
+
 void give(Task* to, Capability* cap, Thread* first) noexcept {
   cap->running_task.store(to, std::memory_order_relaxed);
   to->handed_cap = cap;
@@ -142,10 +150,7 @@ void release_to_spare(Capability* cap) noexcept {
 }
 
 void release_capability(Task* task) noexcept {
-  Capability* cap = task->cap;
-  task->cap = nullptr;
-  cap->current = nullptr;
-  detail::tl_spark_pool = nullptr;
+  Capability* cap = drop_capability(task);
   // A bound thread waiting in the inbox (another in-call, say) gets the
   // capability straight from us: one OS hand-off, not two via a spare.
   drain_inbox_now(cap);

@@ -42,5 +42,9 @@ void start_os_thread(Task* task, void (*body)(Task*));
 
 // Installs `task` on the calling OS thread as holder of `cap`.
 void take_capability(Task* task, Capability* cap) noexcept;
+// drop_capability undoes take_capability: `task` (on its own OS thread)
+// stops holding its capability, which it returns; the caller then passes
+// it on (give, release_to_spare) or releases it.
+Capability* drop_capability(Task* task) noexcept;
 
 }  // namespace capstan::rts
