@@ -36,8 +36,8 @@
 #include "capstan/detail/bridge.hpp"
 #include "capstan/io.hpp"
 #include "capstan/thread.hpp"
-#include "../rts/io/io_manager.hpp"
-#include "../rts/scheduler.hpp"
+#include "io/io_manager.hpp"
+#include "schedule/schedule.hpp"
 
 namespace capstan::net {
 namespace {

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "context_frame.h"
+#include "asm/context_frame.h"
 
 extern "C" {
 // capstan_switch saves the current context in *save_sp, resumes to_sp, and

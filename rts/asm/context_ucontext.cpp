@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "context.hpp"
+#include "asm/context.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
  * the target context (x0).  x29 must be saved (google/marl PR #37).
  */
 #define CAPSTAN_BUILD_ASM 1
-#include "context_frame.h"
+#include "asm/context_frame.h"
 
         .text
         .globl  capstan_switch

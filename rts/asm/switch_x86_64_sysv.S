@@ -14,7 +14,7 @@
  * memory is clobbered.  Never inline it.
  */
 #define CAPSTAN_BUILD_ASM 1
-#include "context_frame.h"
+#include "asm/context_frame.h"
 
         .text
         .globl  capstan_switch

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "../run_queue.hpp"
-#include "../spinlock.hpp"
-#include "../stack.hpp"
-#include "../thread_pool.hpp"
+#include "capability/run_queue.hpp"
+#include "primitives/spinlock.hpp"
+#include "storage/stack.hpp"
+#include "storage/thread_slabs.hpp"
 #include "capstan/spark.hpp"
-#include "inbox.hpp"
+#include "capability/inbox.hpp"
 
 namespace capstan::rts {
 

@@ -19,7 +19,7 @@
 
 #include <atomic>
 
-#include "../thread.hpp"
+#include "thread/thread.hpp"
 
 namespace capstan::rts {
 

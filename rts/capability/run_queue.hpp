@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "thread.hpp"
+#include "thread/thread.hpp"
 
 namespace capstan::rts {
 

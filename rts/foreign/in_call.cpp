@@ -27,10 +27,10 @@
 #include <climits>
 #include <cstring>
 
-#include "../runtime.hpp"
-#include "../sanitizer.hpp"
-#include "../scheduler.hpp"
-#include "../task/handover.hpp"
+#include "runtime/runtime.hpp"
+#include "primitives/sanitizer.hpp"
+#include "schedule/schedule.hpp"
+#include "task/handover.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/spark.hpp"

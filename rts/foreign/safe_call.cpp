@@ -71,9 +71,9 @@
 // anything but its own returning thread.
 #include <cerrno>
 
-#include "../runtime.hpp"
-#include "../scheduler.hpp"
-#include "../task/handover.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+#include "task/handover.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/spark.hpp"
 

@@ -4,8 +4,8 @@
 #include "capstan/io.hpp"
 
 #include "capstan/thread.hpp"
-#include "../rts/io/io_manager.hpp"
-#include "../rts/scheduler.hpp"
+#include "io/io_manager.hpp"
+#include "schedule/schedule.hpp"
 
 namespace capstan {
 namespace detail {

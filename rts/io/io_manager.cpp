@@ -144,7 +144,7 @@
 // closed fd.  uv_poll_init also makes the fd
 // non-blocking (documented in docs/io.md).  Regular files cannot be polled
 // (EPERM) and never block: a wait on one returns at once.
-#include "io_manager.hpp"
+#include "io/io_manager.hpp"
 
 #include <poll.h>
 #include <pthread.h>
@@ -169,8 +169,8 @@
 #include "capstan/errors.hpp"
 #include "capstan/io.hpp"
 #include "capstan/mvar.hpp"
-#include "clock.hpp"
-#include "scheduler.hpp"
+#include "primitives/clock.hpp"
+#include "schedule/schedule.hpp"
 
 namespace capstan::rts {
 namespace {

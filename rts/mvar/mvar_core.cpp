@@ -7,8 +7,8 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
-#include "runtime.hpp"
-#include "scheduler.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
 #include "io/io_manager.hpp"
 
 namespace capstan::detail {

@@ -22,7 +22,7 @@
 //     returns main's result.
 // GHC kills threads at exit without running their handlers; C++ has no
 // other way to run destructors than unwinding, hence thread_killed.
-#include "runtime.hpp"
+#include "runtime/runtime.hpp"
 
 #include <linux/membarrier.h>
 #include <sys/resource.h>
@@ -38,12 +38,12 @@
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
 #include "io/io_manager.hpp"
-#include "sanitizer.hpp"
-#include "scheduler.hpp"
+#include "primitives/sanitizer.hpp"
+#include "schedule/schedule.hpp"
 #include "sparks/sparks.hpp"
 #include "task/handover.hpp"
 #include "task/overflow_handler.hpp"
-#include "ticker.hpp"
+#include "runtime/ticker.hpp"
 
 namespace capstan::rts {
 

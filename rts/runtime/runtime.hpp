@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "capability/capability.hpp"
-#include "signal.hpp"
+#include "mvar/event.hpp"
 #include "capstan/options.hpp"
 #include "capstan/statistics.hpp"
-#include "stack.hpp"
+#include "storage/stack.hpp"
 #include "task/task.hpp"
 
 namespace capstan::rts {

@@ -13,16 +13,16 @@
 // capability or the capability sees the parked flag; FUTEX_WAIT re-checks
 // the word, so a wake between the check and the wait is not lost.  Losing a
 // tick would only delay a timeslice, but we do not lose it.
-#include "ticker.hpp"
+#include "runtime/ticker.hpp"
 
 #include <time.h>
 
 #include <algorithm>
 
-#include "parker.hpp"
+#include "primitives/parker.hpp"
 #include "task/handover.hpp"
-#include "runtime.hpp"
-#include "scheduler.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
 #include "sparks/sparks.hpp"
 
 namespace capstan::rts {

@@ -53,7 +53,7 @@
 // under, recycle its own stack) it leaves in task->post, and the landing
 // side does it in after_switch().
 
-#include "scheduler.hpp"
+#include "schedule/schedule.hpp"
 
 #include <unistd.h>
 
@@ -64,11 +64,11 @@
 #include <new>
 
 #include "asm/context.hpp"
-#include "clock.hpp"
+#include "primitives/clock.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
-#include "runtime.hpp"
-#include "sanitizer.hpp"
+#include "runtime/runtime.hpp"
+#include "primitives/sanitizer.hpp"
 #include "sparks/sparks.hpp"
 #include "task/handover.hpp"
 

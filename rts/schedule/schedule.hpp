@@ -7,7 +7,7 @@
 #include "capability/capability.hpp"
 #include "capstan/detail/bridge.hpp"
 #include "task/task.hpp"
-#include "thread.hpp"
+#include "thread/thread.hpp"
 
 namespace capstan::rts {
 

@@ -49,15 +49,15 @@
 //              a pool at shutdown)
 // created == converted + fizzled + GC'd + (still in pools), always; the
 // summary's total is created + overflowed + dud.
-#include "sparks.hpp"
+#include "sparks/sparks.hpp"
 
 #include <chrono>
 #include <exception>
 #include <new>
 
-#include "../clock.hpp"
-#include "../runtime.hpp"
-#include "../scheduler.hpp"
+#include "primitives/clock.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
 #include "capstan/errors.hpp"
 
 namespace capstan::detail {

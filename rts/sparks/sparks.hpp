@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "../capability/capability.hpp"
+#include "capability/capability.hpp"
 #include "capstan/spark.hpp"
 
 namespace capstan::rts {

@@ -1,5 +1,5 @@
 // stack.cpp - see stack.hpp for the design.
-#include "stack.hpp"
+#include "storage/stack.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

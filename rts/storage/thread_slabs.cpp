@@ -1,5 +1,5 @@
 // thread_pool.cpp - see thread_pool.hpp.
-#include "thread_pool.hpp"
+#include "storage/thread_slabs.hpp"
 
 namespace capstan::rts {
 

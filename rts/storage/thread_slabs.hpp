@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "thread.hpp"
+#include "thread/thread.hpp"
 
 namespace capstan::rts {
 

@@ -38,7 +38,7 @@
 // Rejected: a capability lock (GHC's cap->lock) taken by every Task that
 // wants to look at it - the holder would take it on hot paths; here the
 // holder touches only its own word, and only hand-overs pay.
-#include "handover.hpp"
+#include "task/handover.hpp"
 
 #include <pthread.h>
 
@@ -47,9 +47,9 @@
 #include <system_error>
 #include <thread>
 
-#include "../runtime.hpp"
-#include "../scheduler.hpp"
-#include "overflow_handler.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+#include "task/overflow_handler.hpp"
 #include "capstan/spark.hpp"
 
 namespace capstan::rts {

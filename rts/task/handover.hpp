@@ -3,8 +3,8 @@
 // See Note [Handing over a capability] in handover.cpp.
 #pragma once
 
-#include "../capability/capability.hpp"
-#include "task.hpp"
+#include "capability/capability.hpp"
+#include "task/task.hpp"
 
 namespace capstan::rts {
 

@@ -1,5 +1,5 @@
 // overflow_handler.cpp - see overflow_handler.hpp.
-#include "overflow_handler.hpp"
+#include "task/overflow_handler.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../capability/capability.hpp"
-#include "../runtime.hpp"
-#include "task.hpp"
+#include "capability/capability.hpp"
+#include "runtime/runtime.hpp"
+#include "task/task.hpp"
 
 namespace capstan::rts {
 

@@ -1,8 +1,8 @@
 // task.cpp - OS-thread bookkeeping for Tasks.  See task.hpp.
-#include "task.hpp"
+#include "task/task.hpp"
 
-#include "../capability/capability.hpp"
-#include "../sanitizer.hpp"
+#include "capability/capability.hpp"
+#include "primitives/sanitizer.hpp"
 
 #include <pthread.h>
 

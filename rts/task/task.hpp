@@ -33,9 +33,9 @@
 #include <cstddef>
 #include <thread>
 
-#include "../parker.hpp"
-#include "../thread.hpp"
-#include "../thread_pool.hpp"
+#include "primitives/parker.hpp"
+#include "thread/thread.hpp"
+#include "storage/thread_slabs.hpp"
 
 namespace capstan::detail {
 class mvar_core;

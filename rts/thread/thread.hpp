@@ -18,7 +18,7 @@
 
 #include "capstan/detail/bridge.hpp"
 #include "capstan/detail/mvar_core.hpp"
-#include "spinlock.hpp"
+#include "primitives/spinlock.hpp"
 
 namespace capstan::rts {
 

@@ -9,8 +9,8 @@
 
 #include "capstan/statistics.hpp"
 #include "capstan/thread.hpp"
-#include "../rts/runtime.hpp"
-#include "../rts/scheduler.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
 
 namespace capstan {
 

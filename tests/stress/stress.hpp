@@ -9,7 +9,7 @@
 #include <random>
 #include <thread>
 
-#include "../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 namespace stress {
 

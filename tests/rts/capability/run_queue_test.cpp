@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "run_queue.hpp"
+#include "capability/run_queue.hpp"
 
 namespace {
 

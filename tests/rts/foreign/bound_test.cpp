@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "../../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 using namespace capstan;
 using namespace std::chrono_literals;

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 using namespace capstan;
 using capstan_test::WithCaps;

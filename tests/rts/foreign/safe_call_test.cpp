@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "../../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 using namespace capstan;
 using namespace std::chrono_literals;

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 using namespace capstan;
 using namespace std::chrono_literals;

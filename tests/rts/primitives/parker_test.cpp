@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-#include "parker.hpp"
+#include "primitives/parker.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <thread>
 #include <vector>
 
-#include "../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 namespace {
 

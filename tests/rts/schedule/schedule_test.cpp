@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "../capstan_test.hpp"
-#include "runtime.hpp"
-#include "scheduler.hpp"
+#include "capstan_test.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
 
 namespace {
 

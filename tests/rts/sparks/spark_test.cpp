@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "stack.hpp"
+#include "storage/stack.hpp"
 
 namespace {
 

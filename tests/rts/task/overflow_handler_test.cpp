@@ -2,7 +2,7 @@
 // with a message naming it (the guard page plus the SIGSEGV handler).
 #include <gtest/gtest.h>
 
-#include "../../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 namespace {
 

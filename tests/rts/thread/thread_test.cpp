@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "../capstan_test.hpp"
+#include "capstan_test.hpp"
 
 namespace {
 
