@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capability/run_queue.hpp"
+#include "primitives/counter.hpp"
 #include "primitives/spinlock.hpp"
 #include "storage/stack.hpp"
 #include "storage/thread_slabs.hpp"
@@ -35,24 +36,18 @@ enum class Hold : std::uint8_t {
   free,      // nobody holds it; whoever CASes free -> held owns it
 };
 
-// A counter written only by its owner and read by anyone (statistics):
-// relaxed load+store, no read-modify-write, so no locked instruction.
-struct OwnerCounter {
-  std::atomic<std::uint64_t> v{0};
-  void add(std::uint64_t n = 1) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
-  std::uint64_t get() const { return v.load(std::memory_order_relaxed); }
-};
-
 struct alignas(64) Capability {
-  unsigned no = 0;
+  unsigned no = 0;                 // [read-only while running]
 
   // --- owner state ---------------------------------------------------------
   RunQueue run_queue;              // [owner]
   Thread* current = nullptr;       // [owner] the running green thread, null in the scheduler
-  Thread* handoff = nullptr;       // [owner] picked, but bound to another Task: hand over
+  Thread* bound_next = nullptr;    // [owner] picked, but bound to another Task: the
+                                   // scheduler context gives the capability to that Task
   StackPool stacks;                // [owner]
   ThreadCache threads;             // [owner] recycled Thread objects
-  std::int64_t backlog_since_ns = 0;  // [owner] Note [Pushing work]: 0 = no backlog seen
+  std::int64_t long_queue_since_ns = 0;  // [owner] Note [Pushing work]: since when the run
+                                         // queue has been long; 0 = it is not
   unsigned push_check_countdown = 0;  // [owner] reads the clock every few picks only
   std::uint64_t next_id = 0;       // [owner] ids handed out in blocks
   std::uint64_t id_end = 0;        // [owner]
@@ -81,18 +76,61 @@ struct alignas(64) Capability {
   // the rest here (written before steal_box's release store).
   static constexpr unsigned kStealBatch = 8;
   detail::spark_base* steal_batch[kStealBatch] = {};  // [victim writes, then thief owns]
-  unsigned steal_batch_n = 0;
-  detail::spark_base* backlog[kStealBatch] = {};      // [owner] stolen, not yet run
-  unsigned backlog_n = 0;                             // [owner]
+  unsigned steal_batch_n = 0;                           // [victim writes, then thief owns]
+  detail::spark_base* stolen_sparks[kStealBatch] = {};  // [owner] stolen, not yet run
+  unsigned n_stolen_sparks = 0;                         // [owner]
 
   // Spare Tasks parked until given this capability.
-  SpinLock spare_lock;
+  SpinLock spare_lock;      // guards the two below
   Task* spares = nullptr;   // [lock:spare_lock]
   unsigned n_spares = 0;    // [lock:spare_lock]
 
-  // All live threads whose home is this capability (for shutdown).
-  SpinLock all_lock;
+  // All live threads whose home is this capability (for shutdown), and
+  // their labels (Thread::label).
+  SpinLock all_lock;        // guards all_head, the all_prev/all_next links and labels
   Thread* all_head = nullptr;  // [lock:all_lock]
 };
+
+// drain_inbox moves the threads sent to `cap` into its run queue, in
+// arrival order (the holder only).  A thread back from a safe call goes to
+// the front: Note [Returning from a safe call] in foreign/safe_call.cpp.
+inline void drain_inbox(Capability* cap) {
+  if (!cap->inbox.maybe_nonempty()) return;
+  std::uint64_t n = 0;
+  for (Thread* t = cap->inbox.take_all(); t;) {
+    Thread* next = t->link;
+    if (t->returning) [[unlikely]] {
+      t->returning = false;
+      cap->run_queue.push_front(t);
+    } else {
+      cap->run_queue.push_back(t);
+    }
+    t = next;
+    ++n;
+  }
+  if (n) cap->threads_received.add(n);
+}
+
+// has_work: would `cap`'s holder find something to run?  Its run queue,
+// its inbox (a relaxed hint: the hand-shakes of Note [Handing over a
+// capability] catch a push it misses), its own sparks, sparks it stole and
+// has not run, and a bound thread waiting to be given the capability.
+// The one test for "may this capability be released, or must a Task run
+// it" (release_capability, a safe call's entry).  An idle capability's
+// wake-up test is a different question: see inbox_or_stop in schedule/idle.cpp.
+inline bool has_work(const Capability* cap) {
+  return !cap->run_queue.empty() || cap->inbox.maybe_nonempty() || cap->sparks.size() != 0 ||
+         cap->n_stolen_sparks != 0 || cap->bound_next != nullptr;
+}
+
+// interrupt_capability asks `cap`'s running thread to return to the
+// scheduler at its next safe point, keeping its place at the front.
+inline void interrupt_capability(Capability* cap) noexcept {
+  cap->context_switch.fetch_or(kInterrupt, std::memory_order_relaxed);
+}
+// request_context_switch expires `cap`'s timeslice (what the ticker does).
+inline void request_context_switch(Capability* cap) noexcept {
+  cap->context_switch.fetch_or(kTimesliceExpired, std::memory_order_relaxed);
+}
 
 }  // namespace capstan::rts

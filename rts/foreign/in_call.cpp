@@ -19,21 +19,26 @@
 // scheduler context for the nested loop is the stack of the thread in the
 // safe call, so the outer context (sched_sp and sanitizer state) is saved
 // and restored around it, as GHC keeps a stack of InCalls per Task.
-// Start and stop: accepting_incalls is set once run() has started every
-// capability and cleared first thing at shutdown.  A caller increments
-// rt.incalls (seq_cst) before reading the flag (seq_cst); shutdown clears
-// the flag before it reads the count, so it either refuses the call or
-// waits for it (Dekker again); run() frees nothing until the count is 0.
+// Start and stop: process.accepting_incalls is set once run() has started
+// every capability and cleared first thing at shutdown.  A caller
+// increments process.incalls (seq_cst) before reading the flag (seq_cst);
+// shutdown clears the flag before it reads the count, so it either refuses
+// the call or waits for it (Dekker again); run() frees nothing until the
+// count is 0.  Every path out of call_in_raw after the increment - a
+// refusal, a Task or thread that cannot be made, the call's end - undoes it
+// exactly once (InCallCount), or run() would wait for ever.
 #include <climits>
 #include <cstring>
 
-#include "runtime/runtime.hpp"
-#include "primitives/sanitizer.hpp"
-#include "schedule/schedule.hpp"
-#include "task/handover.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/spark.hpp"
+#include "mvar/event.hpp"
+#include "primitives/parker.hpp"
+#include "primitives/sanitizer.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+#include "task/handover.hpp"
 
 namespace capstan::detail {
 
@@ -59,23 +64,40 @@ struct ForeignSlot {
 };
 thread_local ForeignSlot tl_foreign;
 
-void leave_incall() {
-  if (rt.shutting_down.load(std::memory_order_acquire) && rt.shutdown_events)
-    rt.shutdown_events->notify();
-  // Last touch of the runtime: run() may free everything once this is 0.
-  // run() waits on the count only after setting stop, so the futex wake (a
-  // system call) is needed only then: seq_cst on both sides - run() stores
-  // stop, then reads the count; we decrement, then read stop - so either
-  // run() sees our decrement or we see stop.
-  if (rt.incalls.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-      rt.stop.load(std::memory_order_seq_cst))
-    futex_wake(&rt.incalls, INT_MAX);
-}
+// InCallCount counts one in-call in process.incalls for its lifetime.
+class InCallCount {
+ public:
+  InCallCount() { process.incalls.fetch_add(1, std::memory_order_seq_cst); }
+  InCallCount(const InCallCount&) = delete;
+  InCallCount& operator=(const InCallCount&) = delete;
+  ~InCallCount() {
+    // Still counted, so the Runtime (if accepted) is alive.
+    if (accepted_ && rt.shutting_down.load(std::memory_order_acquire) && rt.shutdown_events)
+      rt.shutdown_events->notify();
+    // Last touch of the runtime: run() may free everything once this is 0.
+    // run() waits on the count only after the schedulers stopped, so the
+    // futex wake (a system call) is needed only then: seq_cst on both sides
+    // - run() sets awaiting_incalls, then reads the count; we decrement,
+    // then read awaiting_incalls - so either run() sees our decrement or we
+    // see the flag.
+    if (process.incalls.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        process.awaiting_incalls.load(std::memory_order_seq_cst))
+      futex_wake(&process.incalls, INT_MAX);
+  }
+  // accept: the runtime takes the call (false: refused).
+  bool accept() {
+    accepted_ = process.accepting_incalls.load(std::memory_order_seq_cst);
+    return accepted_;
+  }
+
+ private:
+  bool accepted_ = false;
+};
 
 Capability* claim_any(Capability* hint) {
-  if (try_claim(hint)) return hint;
+  if (try_grab_capability(hint)) return hint;
   for (Capability* c : rt.caps)
-    if (c != hint && try_claim(c)) return c;
+    if (c != hint && try_grab_capability(c)) return c;
   return nullptr;
 }
 
@@ -92,19 +114,18 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
           "(call_in is for OS threads outside the runtime, such as a C library's callback "
           "thread, and for C code running inside capstan::safe_call)");
   }
-  rt.incalls.fetch_add(1, std::memory_order_seq_cst);
-  if (!rt.accepting_incalls.load(std::memory_order_seq_cst)) {
-    bool running = rt.running.load();
-    leave_incall();
+  InCallCount count;
+  if (!count.accept()) {
+    bool running = process.running.load();
     throw usage_error(running ? "capstan::call_in: the runtime is starting or shutting down; "
                                 "calls into it are accepted only while capstan::run runs"
                               : "capstan::call_in: no runtime is running; call it while "
                                 "capstan::run is active");
   }
   if (!task) {
-    if (tl_foreign.epoch != rt.epoch || !tl_foreign.task) {
-      tl_foreign.task = new_task(TaskKind::foreign);
-      tl_foreign.epoch = rt.epoch;
+    if (tl_foreign.epoch != process.epoch || !tl_foreign.task) {
+      tl_foreign.task = new_task(TaskKind::foreign);  // may throw: count undone
+      tl_foreign.epoch = process.epoch;
       bind_task_to_this_os_thread(tl_foreign.task);
     }
     task = tl_foreign.task;
@@ -122,12 +143,29 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   }
   init_task_sanitizer_state(task);
 
-  Capability* hint = task->last_cap ? task->last_cap
-                                    : rt.caps[rt.next_bound_cap.fetch_add(1, std::memory_order_relaxed) % rt.n_caps];
+  Capability* hint =
+      task->last_cap ? task->last_cap
+                     : rt.caps[rt.next_bound_cap.fetch_add(1, std::memory_order_relaxed) % rt.n_caps];
   Capability* got = claim_any(hint);
   Capability* home = got ? got : hint;
   InCallClosure closure{fn, ctx};
-  Thread* t = create_incall_thread(task, home, &kInCallOps, &closure, sizeof closure);
+  Thread* t;
+  try {
+    t = create_incall_thread(task, home, &kInCallOps, &closure, sizeof closure);
+  } catch (...) {
+    // Nothing was queued: put the Task back as we found it, give up the
+    // capability we may have grabbed, and let the count go.
+    task->native_stack_lo = saved_lo;
+    task->native_stack_size = saved_size;
+    task->tsan_fiber = saved_fiber;
+    if (got) {
+      got->hold.store(Hold::free, std::memory_order_seq_cst);
+      if (got->inbox.nonempty_seq_cst() && try_grab_capability(got))
+        give_capability_to_spare(got);
+    }
+    if (!outer) set_my_task(nullptr);
+    throw;
+  }
   task->bound_thread = t;
   task->bound_done = false;
   if (got) {
@@ -150,8 +188,8 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   task->native_stack_size = saved_size;
   if (!outer) set_my_task(nullptr);
   tl_spark_pool = nullptr;
-  leave_incall();
-  // Only if the runtime stopped first (its thread was abandoned at shutdown).
+  // `count` lets the runtime go as we return.  Not finished: only if the
+  // runtime stopped first (our thread was abandoned at shutdown).
   if (!finished) throw thread_killed{};
 }
 

@@ -23,7 +23,7 @@
 // back in with priority over ordinary scheduling (GHC's returning_tasks):
 //  * an unbound thread need not continue on this OS thread: it switches to
 //    its Task's scheduler context, whose after_switch queues it on the
-//    capability's inbox marked `priority` and sets kReturning in the
+//    capability's inbox marked `returning` and sets kReturning in the
 //    capability's context_switch word.  The holder's next safe point (or
 //    scheduling decision) drains the inbox putting it at the *front*, and
 //    runs it; the interrupted thread keeps its place right behind it.  The
@@ -35,7 +35,7 @@
 // No wake-up is lost: the inbox push + notify_capability is the protocol of
 // Note [Sleeping capabilities] / [Handing over a capability] (a sleeping
 // holder is unparked, a free capability is claimed and passed to a spare),
-// and the waiting Task is given the capability by give(), whose `handed`
+// and the waiting Task is given the capability by give_capability_to_task(), whose `given`
 // flag and sticky Parker survive any interleaving.  Latency: the returner
 // waits for the holder's next safe point, not for a tick (GHC waits ~14 ms
 // here for the tick that makes the holder yield).
@@ -50,7 +50,7 @@
 // and our check of the inbox may miss its push: the work would wait for the
 // call to return.  The window is the store buffer's drain time (tens of
 // ns), and the ticker closes it: every tick it claims any free capability
-// whose inbox is non-empty (ticker.cpp), so such work waits at most one
+// whose inbox is non-empty (runtime/ticker.cpp), so such work waits at most one
 // tick (<= 10 ms), never indefinitely; the ticker never parks while a
 // capability is in a safe call (it is not idle).  Everything else that
 // releases a capability (release_capability) uses the seq_cst hand-shake.
@@ -71,11 +71,12 @@
 // anything but its own returning thread.
 #include <cerrno>
 
-#include "runtime/runtime.hpp"
-#include "schedule/schedule.hpp"
-#include "task/handover.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/spark.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+#include "task/green_thread.hpp"
+#include "task/handover.hpp"
 
 namespace capstan::detail {
 
@@ -90,7 +91,7 @@ namespace {
     // Bound: queue it as a token and wait to be given the capability.  Same
     // OS thread throughout, so errno can be kept across the wait here.
     int saved_errno = errno;
-    cur->priority = true;
+    cur->returning = true;
     cap->inbox.push(cur);
     cap->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
     notify_capability(cap);
@@ -99,7 +100,7 @@ namespace {
       // waits for threads in safe calls, and we count as one until given.
       std::abort();
     }
-    task->handed_thread = nullptr;
+    task->given_thread = nullptr;
     task->in_safe_call.store(nullptr, std::memory_order_relaxed);
     Capability* c = task->cap;
     c->current = cur;
@@ -111,7 +112,7 @@ namespace {
   // clears in_safe_call after the push).
   task->post.migrant = cur;
   task->post.migrate_to = cap;
-  task->post.migrant_priority = true;
+  task->post.migrant_returning = true;
   switch_to_scheduler_capless(task, cur);
   // --- resumed by whichever Task holds the capability now ---
 }
@@ -119,9 +120,8 @@ namespace {
 }  // namespace
 
 void safe_call_enter(safe_call_frame& f) {
-  Task* task = my_task();
-  if (!task || !task->cap || !task->cap->current) [[unlikely]]
-    require_green_thread("capstan::safe_call");
+  Task* task = green_task();
+  if (!task) [[unlikely]] task = require_green_thread("capstan::safe_call");  // throws
   Thread* cur = task->cap->current;
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] {
     check_killed(cur);  // a safe point: may switch and throw
@@ -138,20 +138,20 @@ void safe_call_enter(safe_call_frame& f) {
   f.task = task;
   f.thread = cur;
   f.cap = cap;
-  if (!cap->run_queue.empty() || cap->sparks.size() != 0 || cap->backlog_n != 0) [[unlikely]] {
-    release_to_spare(cap);  // work waits: let a spare run it now
+  if (has_work(cap)) [[unlikely]] {
+    give_capability_to_spare(cap);  // work waits: let a spare run it now
     return;
   }
   // Lazy release: Note [Lazy release].
   cap->hold.store(Hold::free, std::memory_order_release);
-  if (cap->inbox.maybe_nonempty() && try_claim(cap)) [[unlikely]] release_to_spare(cap);
+  if (cap->inbox.maybe_nonempty() && try_grab_capability(cap)) [[unlikely]] give_capability_to_spare(cap);
 }
 
 void safe_call_leave(safe_call_frame& f, bool f_threw) {
   auto* task = static_cast<Task*>(f.task);  // same OS thread: nothing switched
   auto* cur = static_cast<Thread*>(f.thread);
   auto* cap = static_cast<Capability*>(f.cap);
-  if (try_claim(cap)) [[likely]] {
+  if (try_grab_capability(cap)) [[likely]] {
     task->in_safe_call.store(nullptr, std::memory_order_relaxed);
     take_capability(task, cap);
     cap->current = cur;

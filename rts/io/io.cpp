@@ -1,5 +1,5 @@
 // io.cpp - the public IO API (capstan/io.hpp) on the IO manager
-// (rts/io/io_manager.hpp).  Policy lives there; this file only names the
+// (io/io_manager.hpp).  Policy lives there; this file only names the
 // public calls in errors and handles the cases that need no IO thread.
 #include "capstan/io.hpp"
 

@@ -1,4 +1,5 @@
-// signal.hpp - a one-bit wake-up for the runtime's own green threads.
+// event.hpp - Event: a one-shot, auto-reset wake-up for the runtime's own
+// green threads (a green event, not a POSIX signal).
 //
 // Like an mvar<char> without the safe point that every user-facing runtime
 // call passes: the runtime signals it from places where a safe point would
@@ -11,7 +12,7 @@
 
 namespace capstan::rts {
 
-class Signal {
+class Event {
  public:
   void notify() noexcept {
     detail::wake_list woken;

@@ -1,33 +1,33 @@
 // mvar_core.cpp - the runtime half of mvar<T>: parking and serving waiters.
-// See Note [Blocking on an MVar] and Note [Killing a blocked thread] in
-// scheduler.cpp.
+// See Note [Blocking on an MVar] in schedule/block.cpp and Note [Killing a
+// blocked thread] in shutdown/shutdown.cpp.
 #include "capstan/detail/mvar_core.hpp"
 
 #include <exception>
 
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
+#include "io/io_manager.hpp"
+#include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
-#include "io/io_manager.hpp"
+#include "task/green_thread.hpp"
 
 namespace capstan::detail {
 
 using rts::Thread;
 
 void mvar_core::lock_slow() noexcept {
-  for (int spins = 0;; ++spins) {
+  for (rts::SpinWait w;; w.turn())
     if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;
-    if (spins < 128) rts::cpu_relax(); else sched_yield();
-  }
 }
 
 void mvar_core::park(waiter& w) {
-  rts::Task* task = rts::my_task_before_switch();  // used only before the switch
-  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
+  rts::Task* task = rts::green_task_before_switch();  // used only before the switch
+  if (!task) [[unlikely]] {
     remove(w);
     unlock();
-    if (task) rts::require_green_thread("capstan::mvar take/put/read");  // inside safe_call
+    if (rts::my_task()) rts::require_green_thread("capstan::mvar take/put/read");  // inside safe_call
     throw usage_error(
         "capstan::mvar: take/put/read would block on an OS thread that is not running a green "
         "thread; block only inside capstan::run, or use try_take/try_put from other threads");
@@ -89,7 +89,7 @@ namespace {
 
 void expire_timed_take(void* arg, std::uint64_t token) noexcept {
   auto* t = static_cast<Thread*>(arg);
-  for (;;) {
+  for (rts::SpinWait spin;; spin.turn()) {
     t->wait_lock.lock();
     // timed_seq first: blocked_on is guarded by wait_lock only during a
     // timed wait (an untimed one may write it without the lock).
@@ -100,8 +100,7 @@ void expire_timed_take(void* arg, std::uint64_t token) noexcept {
     mvar_core* m = t->blocked_on;
     if (!m->try_lock()) {
       t->wait_lock.unlock();
-      rts::cpu_relax();
-      continue;
+      continue;  // back off (spin, then yield) and retry
     }
     waiter* w = t->waiter;
     m->remove(*w);
@@ -118,8 +117,8 @@ void expire_timed_take(void* arg, std::uint64_t token) noexcept {
 }  // namespace
 
 bool mvar_core::park_timed(waiter& w, long long ns) {
-  rts::Task* task = rts::my_task_before_switch();
-  if (!task || !task->cap || !task->cap->current) [[unlikely]] {
+  rts::Task* task = rts::green_task_before_switch();
+  if (!task) [[unlikely]] {
     park(w);  // throws the usage error (and unlocks)
     return true;
   }
@@ -157,7 +156,8 @@ void* mvar_core::serve(waiter& w) noexcept {
   remove(w);
   auto* t = static_cast<Thread*>(w.thread);
   rts::Task* me = rts::my_task_before_switch();
-  if (w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed) || !me || !me->cap)
+  // (!me first: off the runtime's threads there may be no Runtime to read.)
+  if (!me || !me->cap || w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed))
       [[unlikely]] {
     // (An OS thread holding no capability - a plain thread, or one inside
     // safe_call - is not covered by the killer's quiescence check.)

@@ -1,33 +1,22 @@
 // spinlock.hpp - a test-and-test-and-set lock for very short critical sections.
 //
 // Used where the holder never blocks and never switches green threads while
-// holding it (per-capability thread lists, a thread's wait lock).  After a
-// short spin it yields the OS thread, so a descheduled holder cannot make the
-// waiter burn its whole timeslice.
+// holding it (per-capability thread lists, a thread's wait lock).  Waiting
+// spins, then yields the OS thread (spin.hpp).
 #pragma once
-
-#include <sched.h>
 
 #include <atomic>
 
-namespace capstan::rts {
+#include "primitives/spin.hpp"
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+namespace capstan::rts {
 
 class SpinLock {
  public:
   void lock() noexcept {
     // acquire: the critical section's reads see the previous holder's writes.
     while (locked_.exchange(true, std::memory_order_acquire)) {
-      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < 128) cpu_relax(); else sched_yield();
-      }
+      for (SpinWait w; locked_.load(std::memory_order_relaxed);) w.turn();
     }
   }
   bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }

@@ -1,4 +1,27 @@
-// runtime.hpp - the process-wide runtime state between run()'s start and end.
+// runtime.hpp - the Runtime object: all state of one run of capstan::run.
+//
+// Note [The runtime's life cycle]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Everything a run needs lives in one Runtime object, `rt`: constructed by
+// run_main when run() starts (Runtime::Runtime), destroyed when it returns
+// (Runtime::~Runtime), and so fresh for every run - no field is reset by
+// hand.  The ticker is a member; the IO manager is started lazily by the
+// first fd or timer wait and stopped by run_main before the Runtime goes
+// (io_shutdown).  Only what must outlive a run, or be read when no run
+// exists, lives outside it, in `process` (ProcessState): the "a runtime is
+// running" flag, the run number, the in-call gate (call_in may be called
+// from any OS thread at any time) and the last run's statistics.
+//
+// `rt` is a reference to storage that is never destroyed by static
+// destructors: a program that calls std::exit inside run() (Note [Exit
+// inside run] in runtime/runtime.cpp) leaves the runtime's OS threads
+// running on live objects until the process ends.  The reference is bound
+// at compile time, so `rt.x` costs what a plain global's field does.
+//
+// Every field states who may write it:
+//   [start]  written before run_main starts any other OS thread; read-only after;
+//   [atomic] anyone, with the orderings stated at the use;
+//   [lock:X] under lock X;  [owner] as in capability.hpp.
 #pragma once
 
 #include <atomic>
@@ -9,66 +32,82 @@
 #include <vector>
 
 #include "capability/capability.hpp"
-#include "mvar/event.hpp"
 #include "capstan/options.hpp"
 #include "capstan/statistics.hpp"
+#include "primitives/counter.hpp"
+#include "runtime/ticker.hpp"
 #include "storage/stack.hpp"
+#include "storage/thread_slabs.hpp"
 #include "task/task.hpp"
 
 namespace capstan::rts {
 
+class Event;
+
 struct Runtime {
-  options opts;                                  // read-only while running
-  std::vector<Capability*> caps;                 // read-only while running
-  unsigned n_caps = 0;
-  bool switch_every_safe_point = false;          // +RTS -C0
+  explicit Runtime(const options& o);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
-  std::atomic<bool> running{false};              // between start and teardown
-  std::atomic<bool> shutting_down{false};        // Note [Shutdown]
-  std::atomic<bool> stop{false};                 // schedulers exit
-  std::atomic<bool> waits_need_lock{false};      // Note [Killing a blocked thread]
-  bool membarrier_ok = false;                    // process registered for membarrier
-  std::atomic<unsigned> n_idle{0};               // capabilities in idle()
-  std::atomic<std::uint32_t> ticker_parked{0};   // Note [Stopping the ticker]
-  std::atomic<std::uint64_t> id_blocks{0};       // next block of thread ids
-  std::atomic<std::uint64_t> peak_live{0};
-  std::atomic<std::uint64_t> peak_stacks{0};
+  options opts;                                  // [start]
+  std::vector<Capability*> caps;                 // [start] owned: freed by ~Runtime
+  unsigned n_caps = 0;                           // [start]
+  bool switch_every_safe_point = false;          // [start] +RTS -C0
+  bool membarrier_ok = false;                    // [start] process registered for membarrier
+  bool sanitizers = false;                       // [start] ASan or TSan fiber hooks present
+  // [start] the scheduler loop a new worker Task runs (schedule/schedule.hpp):
+  // set by run_main, so that task/ starts workers without calling up into schedule/.
+  void (*scheduler_loop)(Task*) = nullptr;
 
-  StackArena arena;
-  ThreadDepot depot;
-  bool sanitizers = false;                       // ASan or TSan fiber hooks present
-  // Every Task of this run; freed when run() ends (a stale running_task
+  std::atomic<bool> shutting_down{false};        // [atomic] Note [Shutdown]
+  std::atomic<bool> stop{false};                 // [atomic] schedulers exit
+  std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Killing a blocked thread]
+  std::atomic<unsigned> n_idle{0};               // [atomic] capabilities in idle()
+  std::atomic<std::uint32_t> ticker_parked{0};   // [atomic] Note [Stopping the ticker]
+  std::atomic<std::uint64_t> id_blocks{0};       // [atomic] next block of thread ids
+  std::atomic<std::uint64_t> peak_live{0};       // [atomic] stats/stats.cpp
+  std::atomic<std::uint64_t> peak_stacks{0};     // [atomic]
+
+  StackArena arena;                              // internally synchronised (stack.hpp)
+  ThreadDepot depot;                             // internally synchronised (thread_slabs.hpp)
+  // Every Task of this run; freed with the Runtime (a stale running_task
   // pointer may still be unparked, so a Task is never freed earlier).
   std::mutex tasks_mu;
-  std::vector<std::unique_ptr<Task>> tasks;      // [tasks_mu]
-  std::vector<Task*> retired_tasks;              // [tasks_mu] OS thread gone, reusable
-  std::atomic<std::uint32_t> os_threads{0};      // runtime-made OS threads still running (futex word)
-  std::atomic<std::uint32_t> incalls{0};         // call_in calls in progress (futex word)
-  std::atomic<bool> accepting_incalls{false};    // call_in allowed: Note [In-calls]
-  std::atomic<std::uint64_t> tasks_created{0};
-  std::atomic<std::uint64_t> incall_threads_created{0};  // not counted by any capability
-  std::atomic<std::uint32_t> next_bound_cap{0};  // fork_os round robin
-  std::uint64_t epoch = 0;                       // run number, for foreign Tasks' TLS
-  Signal* shutdown_events = nullptr;             // Note [Shutdown]
-  std::chrono::steady_clock::time_point started;
-
-  std::mutex last_stats_mu;                      // guards last_stats
-  runtime_statistics last_stats;                 // of the last finished run
+  std::vector<std::unique_ptr<Task>> tasks;      // [lock:tasks_mu]
+  std::vector<Task*> retired_tasks;              // [lock:tasks_mu] OS thread gone, reusable
+  std::atomic<std::uint32_t> os_threads{0};      // [atomic] runtime-made OS threads still running (futex word)
+  SharedCounter tasks_created;
+  SharedCounter incall_threads_created;          // not counted by any capability
+  std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
+  Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
+  std::chrono::steady_clock::time_point started;  // [start]
+  Ticker ticker;                                 // started and stopped by run_main
 };
 
-extern Runtime rt;
+// State that outlives a run (see the Note).
+struct ProcessState {
+  std::atomic<bool> running{false};              // [atomic] a Runtime exists (between run_main's start and end)
+  std::atomic<std::uint32_t> incalls{0};         // [atomic] call_in calls in progress (futex word)
+  std::atomic<bool> accepting_incalls{false};    // [atomic] call_in allowed: Note [In-calls]
+  std::atomic<bool> awaiting_incalls{false};     // [atomic] run_main waits for incalls to reach 0
+  std::uint64_t epoch = 0;                       // [start] run number, for foreign Tasks' TLS
+  std::mutex last_stats_mu;
+  runtime_statistics last_stats;                 // [lock:last_stats_mu] of the last finished run
+};
+extern ProcessState process;
 
-// Sum of a per-capability counter.
-template <class F>
-std::uint64_t sum_caps(F f) {
-  std::uint64_t s = 0;
-  for (Capability* c : rt.caps) s += f(*c);
-  return s;
-}
-
-std::uint64_t live_threads();
-void sample_peaks();
-runtime_statistics snapshot_statistics();
+// Storage for `rt`: never destroyed by static destructors (see the Note).
+union RuntimeSlot {
+  constexpr RuntimeSlot() : none{} {}
+  ~RuntimeSlot() {}
+  char none;
+  Runtime rt;
+};
+extern RuntimeSlot runtime_slot;
+// The Runtime of the run in progress; valid only while process.running
+// (and on the runtime's own threads, which exist only then).
+constinit inline Runtime& rt = runtime_slot.rt;
 
 // Thread ids are handed out to capabilities in blocks, so forking does not
 // touch a shared counter.

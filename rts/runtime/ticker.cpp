@@ -4,7 +4,7 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An idle runtime must cost no CPU, so after two consecutive ticks with every
 // capability idle the ticker parks on rt.ticker_parked (GHC stops its ticker
-// when idle, #1623).  Hand-shake with a capability leaving idle():
+// when the runtime is idle, too).  Hand-shake with a capability leaving idle():
 //   ticker: ticker_parked = 1 (seq_cst); if n_idle != n_caps: resume;
 //           else futex_wait(ticker_parked, 1)
 //   cap:    n_idle -= 1 (seq_cst RMW); if ticker_parked: ticker_parked = 0;
@@ -18,16 +18,18 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <system_error>
 
+#include "capstan/spark.hpp"
+#include "mvar/event.hpp"
+#include "primitives/fault_injection.hpp"
 #include "primitives/parker.hpp"
-#include "task/handover.hpp"
 #include "runtime/runtime.hpp"
-#include "schedule/schedule.hpp"
-#include "sparks/sparks.hpp"
+#include "stats/stats.hpp"
+#include "task/handover.hpp"
 
 namespace capstan::rts {
-
-Ticker ticker;
 
 void Ticker::start(std::chrono::microseconds timeslice) {
   if (timeslice.count() == 0) {
@@ -38,6 +40,9 @@ void Ticker::start(std::chrono::microseconds timeslice) {
     ticks_per_slice_ = static_cast<unsigned>(timeslice / period_);
   }
   quit_.store(0);
+  if (fault_injection::should_fail(fault_injection::fail_ticker_start))
+    throw std::system_error(EAGAIN, std::generic_category(),
+                            "capstan: cannot start the ticker thread (fault injected by a test)");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -68,7 +73,7 @@ void Ticker::loop() {
     if (detail::g_spark_sleepers.load(std::memory_order_relaxed) != 0) {
       for (Capability* c : rt.caps) {
         if (c->sparks.size() != 0) {
-          spark_wake_one();
+          detail::spark_wake_sleeper();
           break;
         }
       }
@@ -77,8 +82,8 @@ void Ticker::loop() {
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)
       if (c->hold.load(std::memory_order_seq_cst) == Hold::free && c->inbox.nonempty_seq_cst() &&
-          try_claim(c))
-        release_to_spare(c);
+          try_grab_capability(c))
+        give_capability_to_spare(c);
     bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;
     if (expire) slice_ticks = 0;
     bool any_busy = false;

@@ -12,10 +12,14 @@ namespace capstan::rts {
 // The ticker wakes every kTick (or every timeslice if shorter) and expires
 // the timeslices every `timeslice` worth of ticks (GHC's ctxtSwitchTicks);
 // the shutdown grace period is measured in ticks too.
+// A member of the Runtime (runtime/runtime.hpp): it lives exactly as long
+// as the run.
 class Ticker {
  public:
   static constexpr std::chrono::microseconds kTick{10000};
+  // start starts the ticker thread; throws std::system_error if it cannot.
   void start(std::chrono::microseconds timeslice);
+  // stop stops and joins it; a no-op if it is not running.
   void stop();
 
  private:
@@ -25,7 +29,5 @@ class Ticker {
   std::thread thread_;
   std::atomic<std::uint32_t> quit_{0};
 };
-
-extern Ticker ticker;
 
 }  // namespace capstan::rts

@@ -1,41 +1,33 @@
-// scheduler.hpp - the scheduler: switching, requeueing, waking, idling.
+// schedule.hpp - the scheduler (GHC's Schedule.c): what the layers above
+// (sparks, mvar, foreign, io, shutdown, runtime) may ask of it.  Inside
+// schedule/ the hot paths are inlined from switch.hpp and pick.hpp.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include "capability/capability.hpp"
 #include "capstan/detail/bridge.hpp"
+#include "task/green_thread.hpp"
 #include "task/task.hpp"
 #include "thread/thread.hpp"
+#include "thread/threads.hpp"
 
 namespace capstan::rts {
 
-// A capability pushes work to idle ones when this many threads wait in its
-// run queue.  See Note [Pushing work].
-inline constexpr std::size_t kPushThreshold = 4;
 // A forking thread yields once this many threads wait on its capability.
-// See Note [Fork back-pressure].
+// See Note [Fork back-pressure] in schedule/fork.cpp.
 inline constexpr std::size_t kForkBackPressure = 256;
-
-// The running green thread's Task/Capability, or a usage_error naming `what`.
-Task* require_green_thread(const char* what);
-[[noreturn]] void throw_not_green(const char* what);
-
-Thread* alloc_thread(std::size_t closure_size, std::size_t closure_align, const char* what);
-void discard_thread(Thread* t) noexcept;
-std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no);
-// Creates a thread for the runtime's own use on `cap` (no current thread needed).
-Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
-                             std::size_t closure_size, bool bound, bool locked = true);
 
 // schedule is a Task's scheduler loop, on its native stack; returns at stop,
 // when a worker is no longer needed, or when a fork_os/in-call Task's bound
 // thread has finished (Note [Bound threads]).
 void schedule(Task* task);
 
-// drain_inbox_now moves the inbox into the run queue (the holder only).
-void drain_inbox_now(Capability* cap);
+// start_thread makes an allocated thread runnable (fork_io, fork_on,
+// fork_os: cap_no as in detail::thread_start); returns its id.
+std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no);
 
 // switch_to_scheduler_capless leaves `cur` for the scheduler context of
 // `task`, which holds no capability (a safe call returning the slow way).
@@ -47,13 +39,9 @@ void switch_to_scheduler_capless(Task* task, Thread* cur);
 // bound Task] in foreign/safe_call.cpp.
 void move_off_bound_task(Task* task, Thread* cur);
 
-// create_incall_thread makes a thread bound to `task`, homed on `home`,
-// for call_in (the caller need not hold a capability).
-Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
-                             const void* closure, std::size_t closure_size);
-
 // yield_current requeues the running thread at the back and runs the next.
 void yield_current();
+// yield_point_slow: a safe point found its capability's context_switch set.
 void yield_point_slow();
 
 // park_current blocks `cur`, the thread `task` is running; `unlock_after`
@@ -71,20 +59,9 @@ void wake(Thread* t) noexcept;
 // for threads whose sparks wait in that capability's pool.
 void wake_home(Thread* t) noexcept;
 
-// interrupt_capability asks `cap`'s running thread to return to the
-// scheduler at its next safe point, keeping its place at the front.
-void interrupt_capability(Capability* cap) noexcept;
-// request_context_switch expires `cap`'s timeslice (what the ticker does).
-void request_context_switch(Capability* cap) noexcept;
-
-// request_kill wakes t with thread_killed if it is blocked on an mvar;
-// returns false if it should be retried later.  Note [Killing a blocked thread].
-bool request_kill(Thread* t) noexcept;
-
-// notify_capability wakes `cap`'s Task if it sleeps.  Note [Sleeping capabilities].
-void notify_capability(Capability* cap) noexcept;
-
-// Throws thread_killed if the runtime is shutting down and t may be killed.
+// check_killed: a shutdown checkpoint for t, the running thread.  Throws
+// thread_killed (or abandons t) if the runtime is shutting down and t may
+// be killed.  See Note [Shutdown checkpoints] in schedule/yield.cpp.
 void check_killed(Thread* t);
 
 }  // namespace capstan::rts

@@ -1,69 +1,15 @@
-// sparks.cpp - spark pools, stealing by request, spark threads.
-//
-// Note [Spark pools]
-// ~~~~~~~~~~~~~~~~~~
-// GHC keeps each capability's sparks in a Chase-Lev deque: the owner pushes
-// and pops at one end, idle capabilities steal the oldest at the other with
-// a CAS.  The owner's pop then needs a store-load fence, and here a fence or
-// a locked instruction costs 2-10 ns - as much as the rest of a fine-grained
-// spark's life.  capstan's pool is owner-private instead (Acar, Chargueraud
-// and Rainey, "Scheduling parallel programs by work stealing with private
-// deques", PPoPP 2013): only the Task running the capability touches
-// slots/top/bottom, with plain loads and stores, so par() and a get() that
-// finds its own spark on top are a handful of instructions and no atomics.
-//
-// An idle capability does not steal; it *asks*: it CASes its own address
-// into the victim's `request` word and spins on its own `steal_box`.  The
-// owner polls `request` (one relaxed load) at its poll points - every par(),
-// every scheduling decision, every slow get(), between a spark thread's
-// sparks, every idle-loop turn - and answers with its oldest spark plus up
-// to a quarter of the rest (a batch: the thief keeps the extra ones in its
-// private backlog), which it removes from its pool and marks stolen, or
-// with "none".  A thief that waits too long withdraws its request with a CAS; if
-// that CAS fails the owner has already taken the request and will answer,
-// so the thief waits for the answer.  Memory orderings:
-//  * request CAS (thief, acq_rel) / exchange (owner, acq_rel): exactly one
-//    of "owner answers" and "thief withdraws" wins.
-//  * steal_box store (owner, release) / load (thief, acquire): the spark's
-//    fields (closure, state = stolen) are visible to the thief.
-//  * completion: the spark thread stores state = done (release) under the
-//    spark's lock; the maker reads it with acquire, or waits under the lock
-//    (the maker parks holding the lock; it is released once the maker is
-//    off its stack - the same protocol as Note [Blocking on an MVar] - so
-//    the wake-up cannot be lost or come early).
-// Rejected: Chase-Lev (a fence per owner pop, measured above); a lock per
-// pool (a locked instruction per par); heartbeat promotion (Acar et al.,
-// PLDI 2018) - needs a timer interrupt to promote, which C++ cannot take at
-// arbitrary instructions; polling at par() gives the same effect here.
-//
-// The hand-over of a finished stolen spark: Note [Completing a stolen spark].
-//
-// Accounting, exactly as GHC's +RTS -s SPARKS line:
-//   created    pushed into a pool
-//   overflowed pool full at par(): dropped, get() runs it inline
-//   dud        already evaluated when sparked: a C++ closure never is, so 0
-//   converted  run by a spark thread (stolen, or taken from the own pool
-//              by the idle capability)
-//   fizzled    found evaluated: its maker's get() ran it itself first
-//   GC'd       discarded unevaluated (spark destroyed unforced, or left in
-//              a pool at shutdown)
-// created == converted + fizzled + GC'd + (still in pools), always; the
-// summary's total is created + overflowed + dud.
+// sparks.cpp - spark threads, and the slow halves of spark<R>::get and
+// ~spark (the inline halves are in lib/include/capstan/spark.hpp).  The
+// pools and stealing are in sparks/pool.cpp: Note [Spark pools].
 #include "sparks/sparks.hpp"
 
-#include <chrono>
 #include <exception>
 #include <new>
 
-#include "primitives/clock.hpp"
+#include "capstan/errors.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
-#include "capstan/errors.hpp"
-
-namespace capstan::detail {
-constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec"))) = nullptr;
-std::atomic<unsigned> g_spark_sleepers{0};
-}
+#include "task/green_thread.hpp"
 
 namespace capstan::rts {
 
@@ -72,51 +18,7 @@ using detail::spark_pool;
 
 namespace {
 
-// "None" answer to a steal request, distinct from "not answered yet" (null).
-spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
-
-// How long a thief waits for an answer before withdrawing its request.  The
-// owner answers at its next poll point (a par(), a scheduling decision), so
-// this bounds how long a sequential stretch between pars may be and still
-// be split: a thief has nothing better to do meanwhile, and it gives up at
-// once if work arrives in its inbox.
-constexpr std::int64_t kStealWaitNs = 2'000'000;
-
 Capability* cap_of(spark_pool* p) { return static_cast<Capability*>(p->cap); }
-
-// take_oldest removes the oldest live spark of p (owner only), marked stolen.
-spark_base* take_oldest(spark_pool* p) {
-  std::uint64_t b = p->bottom.load(std::memory_order_relaxed);
-  std::uint64_t t = p->top.load(std::memory_order_relaxed);
-  spark_base* s = nullptr;
-  while (b < t && !s) s = p->slots[b++ & p->mask];
-  p->bottom.store(b, std::memory_order_relaxed);
-  if (s) s->state.store(spark_base::stolen, std::memory_order_relaxed);
-  return s;
-}
-
-// trim drops holes at both ends of p (owner only).
-void trim(spark_pool* p) {
-  std::uint64_t b = p->bottom.load(std::memory_order_relaxed);
-  std::uint64_t t = p->top.load(std::memory_order_relaxed);
-  while (b < t && p->slots[b & p->mask] == nullptr) ++b;
-  while (t > b && p->slots[(t - 1) & p->mask] == nullptr) --t;
-  p->bottom.store(b, std::memory_order_relaxed);
-  p->top.store(t, std::memory_order_relaxed);
-}
-
-// remove removes a pending spark from its pool (owner only).  A spark taken
-// out of the middle leaves a hole; holes at either end are dropped at once,
-// so sparks forced oldest-first (a loop of get()s) leave none behind.
-void remove(spark_pool* p, spark_base* s) {
-  std::uint64_t t = p->top.load(std::memory_order_relaxed);
-  if (s->index + 1 == t) {
-    p->top.store(t - 1, std::memory_order_relaxed);
-  } else {
-    p->slots[s->index & p->mask] = nullptr;  // a hole: skipped by take_oldest
-  }
-  trim(p);
-}
 
 void lock_spark(spark_base* s) {
   while (s->lock.exchange(true, std::memory_order_acquire)) cpu_relax();
@@ -165,44 +67,11 @@ void wait_stolen(spark_base* s) {
   park_current(task, cur, &s->lock);  // unlocked once we are off our stack
 }
 
-// take_batch keeps the extra sparks of an answer in our backlog.
-spark_base* take_batch(Capability* me, spark_base* first) {
-  for (unsigned i = 0; i < me->steal_batch_n; ++i) me->backlog[me->backlog_n++] = me->steal_batch[i];
-  me->steal_batch_n = 0;
-  return first;
-}
-
 // cancel settles a stolen spark that will never run (shutdown).
 void cancel(Capability* cap, spark_base* s) {
   s->cancelled = true;
   detail::bump(cap->sparks.gcd);
   complete(s);
-}
-
-// ask sends a steal request to victim v and waits for the answer.
-spark_base* ask(Capability* me, Capability* v) {
-  me->steal_box.store(nullptr, std::memory_order_relaxed);
-  void* expected = nullptr;
-  if (!v->sparks.request.compare_exchange_strong(expected, me, std::memory_order_acq_rel,
-                                                 std::memory_order_relaxed))
-    return nullptr;  // someone else is asking v
-  me->steal_attempts.add();
-  std::int64_t deadline = now_ns() + kStealWaitNs;
-  for (unsigned i = 1;; ++i) {
-    spark_base* s = me->steal_box.load(std::memory_order_acquire);
-    if (s) return s == kNoSpark ? nullptr : take_batch(me, s);
-    poll_spark_requests(me);  // two thieves asking each other must not stall
-    if ((i & 63) == 0 && (now_ns() > deadline || me->inbox.maybe_nonempty())) {
-      expected = me;
-      if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
-                                                    std::memory_order_relaxed))
-        return nullptr;  // withdrawn before the owner saw it
-      // The owner took the request: its answer is on the way.
-      while (!(s = me->steal_box.load(std::memory_order_acquire))) cpu_relax();
-      return s == kNoSpark ? nullptr : take_batch(me, s);
-    }
-    cpu_relax();
-  }
 }
 
 struct SparkThreadClosure {
@@ -216,7 +85,7 @@ void spark_thread_invoke(void* p) {
       // Nothing runs after shutdown: settle what we hold, unrun.
       Capability* cap = my_task()->cap;
       cancel(cap, s);
-      while (cap->backlog_n) cancel(cap, cap->backlog[--cap->backlog_n]);
+      while (cap->n_stolen_sparks) cancel(cap, cap->stolen_sparks[--cap->n_stolen_sparks]);
       return;
     }
     my_task()->cap->sparks_converted.add();
@@ -235,122 +104,16 @@ void spark_thread_invoke(void* p) {
   }
 }
 void spark_thread_destroy(void*) noexcept {}
-constexpr detail::closure_ops kSparkThreadOps{&spark_thread_invoke, &spark_thread_destroy};
 
 }  // namespace
 
-void spark_pool_init(Capability* cap, std::size_t capacity) {
-  std::size_t n = 1;
-  while (n < capacity) n <<= 1;
-  spark_pool& p = cap->sparks;
-  p.slots = new spark_base*[n]();
-  p.mask = n - 1;
-  p.top.store(0);
-  p.bottom.store(0);
-  p.request.store(nullptr);
-  p.cap = cap;
-}
-
-void spark_pool_release(Capability* cap) noexcept {
-  spark_pool& p = cap->sparks;
-  // Sparks left behind (their makers were abandoned) never run: GC'd.
-  for (std::uint64_t i = p.bottom.load(); i < p.top.load(); ++i)
-    if (p.slots[i & p.mask]) detail::bump(p.gcd);
-  delete[] p.slots;
-  p.slots = nullptr;
-}
-
-spark_base* find_spark(Capability* cap) {
-  if (cap->backlog_n) return cap->backlog[--cap->backlog_n];  // ours already (stolen)
-  if (rt.shutting_down.load(std::memory_order_relaxed)) return nullptr;
-  if (spark_base* s = take_oldest(&cap->sparks)) return s;
-  if (rt.n_caps == 1) return nullptr;
-  // Random victim order (CMU report: fixed orders pile thieves onto the
-  // same victim); only victims whose pool looks non-empty are asked.
-  cap->steal_seed = cap->steal_seed * 6364136223846793005ull + 1442695040888963407ull;
-  unsigned start = static_cast<unsigned>(cap->steal_seed >> 33) % rt.n_caps;
-  for (unsigned i = 0; i < rt.n_caps; ++i) {
-    Capability* v = rt.caps[(start + i) % rt.n_caps];
-    if (v == cap || v->sparks.size() == 0) continue;
-    if (spark_base* s = ask(cap, v)) {
-      cap->steals.add();
-      return s;
-    }
-  }
-  return nullptr;
-}
-
-void start_spark_thread(Capability* cap, spark_base* first) {
-  SparkThreadClosure c{first};
-  create_system_thread(cap, &kSparkThreadOps, &c, sizeof c, /*bound=*/false, /*locked=*/false);
-}
-
-// Note [Waking capabilities for sparks]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A spark made while some capability sleeps wakes exactly one sleeper - the
-// first whose spark_wake flag it manages to set - and only if none is
-// already on its way (a set flag), so a burst of par() wakes one capability,
-// not a herd.  The woken capability clears its flag when it leaves idle();
-// if it finds more sparks than it can run, its own par() calls and the next
-// pushes wake the next sleeper.  Parker::unpark is sticky, so a sleeper that
-// has not reached its futex yet still wakes.
-void spark_wake_one() noexcept {
-  for (Capability* c : rt.caps) {
-    if (c->hold.load(std::memory_order_relaxed) != Hold::sleeping) continue;
-    bool expected = false;
-    if (c->spark_wake.load(std::memory_order_relaxed)) return;  // one is on its way
-    if (c->spark_wake.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
-      c->running_task.load(std::memory_order_acquire)->parker.unpark();
-      return;
-    }
-  }
-}
+constinit const detail::closure_ops spark_thread_ops{&spark_thread_invoke, &spark_thread_destroy};
 
 }  // namespace capstan::rts
 
 namespace capstan::detail {
 
 using namespace capstan::rts;
-
-spark_pool* spark_pool_or_throw() {
-  if (spark_pool* p = tl_spark_pool) return p;
-  throw usage_error(
-      "capstan::par: called from an OS thread that is not running a green thread; call it "
-      "from inside capstan::run (the main function or a thread it forked)");
-}
-
-bool spark_make_room(spark_pool* p) noexcept {
-  // The fast pop in get() leaves holes below a popped top: drop them before
-  // calling the pool full.
-  trim(p);
-  return p->top.load(std::memory_order_relaxed) - p->bottom.load(std::memory_order_relaxed) <=
-         p->mask;
-}
-
-void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
-
-void spark_wake_sleeper() noexcept { spark_wake_one(); }
-
-void spark_respond(spark_pool* p) {
-  void* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
-  if (!r) return;  // withdrawn
-  auto* thief = static_cast<Capability*>(r);
-  // Answer with the oldest spark, plus up to a quarter of the rest (at most
-  // kStealBatch in all): one round trip per spark would leave a thief idle
-  // while we run a long spark between two poll points.
-  spark_base* first = take_oldest(p);
-  unsigned n = 0;
-  if (first) {
-    std::uint64_t more = p->size() / 4;
-    while (n < more && n < Capability::kStealBatch - 1) {
-      spark_base* s = take_oldest(p);
-      if (!s) break;
-      thief->steal_batch[n++] = s;
-    }
-  }
-  thief->steal_batch_n = n;
-  thief->steal_box.store(first ? first : kNoSpark, std::memory_order_release);
-}
 
 void spark_cancelled() { throw thread_killed{}; }
 
@@ -376,7 +139,7 @@ void spark_force_slow(spark_base* s) {
     }
     poll_spark_requests(task->cap);  // a poll point: a thief may want the rest
     if (s->state.load(std::memory_order_relaxed) != spark_base::pending) continue;
-    remove(s->pool, s);
+    remove_spark(s->pool, s);
     bump(s->pool->fizzled);
     s->state.store(spark_base::taken, std::memory_order_relaxed);
     s->run(s);
@@ -399,7 +162,7 @@ void spark_discard_slow(spark_base* s) noexcept {
       migrate_current_to(cap_of(s->pool));
       continue;
     }
-    remove(s->pool, s);
+    remove_spark(s->pool, s);
     bump(s->pool->gcd);
     s->state.store(spark_base::done, std::memory_order_relaxed);
     return;

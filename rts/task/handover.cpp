@@ -1,5 +1,12 @@
 // handover.cpp - moving capabilities between Tasks; spare Tasks.
 //
+// One verb family, GHC's: a Task *waits for* a capability
+// (wait_for_capability), a holder *gives* it to a waiting Task
+// (give_capability_to_task, give_capability_to_spare) or *releases* it
+// (release_capability); anyone may *try to grab* a free one
+// (try_grab_capability).  take_capability/drop_capability are the holder's
+// own bookkeeping around each of these.
+//
 // Note [Handing over a capability]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A capability is held by at most one Task: the one that may touch its
@@ -13,7 +20,7 @@
 //   held -> free               by the holder: a safe call releasing it
 //                              lazily, or a bound Task leaving.
 //   free -> held               by a CAS, by anyone: the winner holds it.
-//   held -> held (new Task)    by give(): the holder hands it to a waiting
+//   held -> held (new Task)    by give_capability_to_task(): the holder hands it to a waiting
 //                              Task (a spare, or the Task a bound thread
 //                              needs) and stops touching it.
 // Releasing to `free` is the Dekker hand-shake of Note [Sleeping
@@ -23,16 +30,16 @@
 // In the total order of seq_cst operations either the releaser's load sees
 // the push, or the sender's load sees `free`; both may try to claim, the
 // CAS picks one, and the winner passes the capability to a spare Task
-// (release_to_spare) or - a returning safe call - runs the work itself.
+// (give_capability_to_spare) or - a returning safe call - runs the work itself.
 // Work never reaches a free capability otherwise: its run queue and spark
 // pool are checked empty before release, and only the holder fills them.
 // So work sent to a capability is never stranded.
 //
-// give() writes handed_cap/handed_thread, then `handed` with release; the
-// receiver waits in wait_for_capability for `handed` with acquire, parking
+// give_capability_to_task() writes given_cap/given_thread, then `given` with release; the
+// receiver waits in wait_for_capability for `given` with acquire, parking
 // on its Parker in between.  Parker::unpark is sticky (Note [Sticky
 // wake-up]), so a give that lands before the receiver parks is not lost,
-// and the receiver re-checks `handed` after every wake-up, so spurious
+// and the receiver re-checks `given` after every wake-up, so spurious
 // unparks (a stale running_task read by a sender) are harmless.
 //
 // Rejected: a capability lock (GHC's cap->lock) taken by every Task that
@@ -40,17 +47,12 @@
 // holder touches only its own word, and only hand-overs pay.
 #include "task/handover.hpp"
 
-#include <pthread.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <system_error>
-#include <thread>
+#include <exception>
 
-#include "runtime/runtime.hpp"
-#include "schedule/schedule.hpp"
-#include "task/overflow_handler.hpp"
 #include "capstan/spark.hpp"
+#include "runtime/runtime.hpp"
 
 namespace capstan::rts {
 
@@ -69,25 +71,25 @@ Capability* drop_capability(Task* task) noexcept {
   return cap;
 }
 
-void give(Task* to, Capability* cap, Thread* first) noexcept {
+void give_capability_to_task(Task* to, Capability* cap, Thread* first) noexcept {
   cap->running_task.store(to, std::memory_order_relaxed);
-  to->handed_cap = cap;
-  to->handed_thread = first;
-  to->handed.store(true, std::memory_order_release);  // publishes cap's state and the two above
+  to->given_cap = cap;
+  to->given_thread = first;
+  to->given.store(true, std::memory_order_release);  // publishes cap's state and the two above
   to->parker.unpark();
 }
 
 bool wait_for_capability(Task* task) noexcept {
-  while (!task->handed.load(std::memory_order_acquire)) {
+  while (!task->given.load(std::memory_order_acquire)) {
     if (rt.stop.load(std::memory_order_acquire)) return false;
     task->parker.park();
   }
-  task->handed.store(false, std::memory_order_relaxed);
-  take_capability(task, task->handed_cap);
+  task->given.store(false, std::memory_order_relaxed);
+  take_capability(task, task->given_cap);
   return true;
 }
 
-bool try_claim(Capability* cap) noexcept {
+bool try_grab_capability(Capability* cap) noexcept {
   Hold h = Hold::free;
   // acquire: the releaser's writes to the capability (its seq_cst store).
   return cap->hold.load(std::memory_order_relaxed) == Hold::free &&
@@ -124,19 +126,17 @@ Task* pop_spare(Capability* cap) noexcept {
   return t;
 }
 
-void worker_body(Task* task) { schedule(task); }
-
 }  // namespace
 
-void release_to_spare(Capability* cap) noexcept {
+void give_capability_to_spare(Capability* cap) noexcept {
   Task* spare = pop_spare(cap);
   if (!spare) {
     try {
       spare = new_task(TaskKind::worker);
       spare->last_cap = cap;
-      // The new thread's wait_for_capability finds `handed` already set.
-      give(spare, cap, nullptr);
-      start_os_thread(spare, &worker_body);
+      // The new thread's wait_for_capability finds `given` already set.
+      give_capability_to_task(spare, cap, nullptr);
+      start_os_thread(spare, rt.scheduler_loop);
       return;
     } catch (const std::exception& e) {
       std::fprintf(stderr,
@@ -146,85 +146,45 @@ void release_to_spare(Capability* cap) noexcept {
       std::abort();
     }
   }
-  give(spare, cap, nullptr);
+  give_capability_to_task(spare, cap, nullptr);
 }
 
 void release_capability(Task* task) noexcept {
   Capability* cap = drop_capability(task);
   // A bound thread waiting in the inbox (another in-call, say) gets the
   // capability straight from us: one OS hand-off, not two via a spare.
-  drain_inbox_now(cap);
+  drain_inbox(cap);
   Thread* front = cap->run_queue.front();
   if (front && front->bound_task && front->bound_task != task) {
     cap->run_queue.pop_front();
-    give(front->bound_task, cap, front);  // Note [Bound threads]
+    give_capability_to_task(front->bound_task, cap, front);  // Note [Bound threads]
     return;
   }
-  if (!cap->run_queue.empty() || cap->inbox.maybe_nonempty() || cap->sparks.size() != 0 ||
-      cap->backlog_n != 0 || cap->handoff) {
-    release_to_spare(cap);
+  if (has_work(cap)) {
+    give_capability_to_spare(cap);
     return;
   }
   // See the Note: release, then look for work that raced with us.
   cap->hold.store(Hold::free, std::memory_order_seq_cst);
-  if (cap->inbox.nonempty_seq_cst() && try_claim(cap)) release_to_spare(cap);
+  if (cap->inbox.nonempty_seq_cst() && try_grab_capability(cap)) give_capability_to_spare(cap);
 }
 
-Task* new_task(TaskKind kind) {
-  std::lock_guard<std::mutex> g(rt.tasks_mu);
-  Task* t;
-  if (!rt.retired_tasks.empty()) {
-    t = rt.retired_tasks.back();
-    rt.retired_tasks.pop_back();
-    t->cap = nullptr;
-    t->sched_sp = nullptr;
-    t->post = PostSwitch{};
-    t->handed.store(false, std::memory_order_relaxed);
-    t->handed_cap = nullptr;
-    t->handed_thread = nullptr;
-    t->last_cap = nullptr;
-    t->next_spare = nullptr;
-    t->bound_thread = nullptr;
-    t->bound_done = false;
-    t->pass_cap_to_spare = false;
-  } else {
-    rt.tasks.push_back(std::make_unique<Task>());
-    t = rt.tasks.back().get();
-    t->threads.attach(&rt.depot);
-  }
-  t->kind = kind;
-  rt.tasks_created.fetch_add(1, std::memory_order_relaxed);
-  return t;
-}
-
-namespace {
-
-void retire(Task* t) {
-  std::lock_guard<std::mutex> g(rt.tasks_mu);
-  rt.retired_tasks.push_back(t);
-}
-
-}  // namespace
-
-void start_os_thread(Task* task, void (*body)(Task*)) {
-  rt.os_threads.fetch_add(1, std::memory_order_relaxed);
-  try {
-    std::thread([task, body] {
-      bind_task_to_this_os_thread(task);
-      init_task_sanitizer_state(task);
-      if (!rt.sanitizers) enter_signal_stack(task);
-      body(task);
-      if (!rt.sanitizers) leave_signal_stack(task);
-      set_my_task(nullptr);
-      retire(task);
-      // Last: run() waits for this count to reach zero before it frees Tasks.
-      if (rt.os_threads.fetch_sub(1, std::memory_order_acq_rel) == 1)
-        futex_wake(&rt.os_threads, 1);
-    }).detach();
-  } catch (...) {
-    rt.os_threads.fetch_sub(1, std::memory_order_relaxed);
-    retire(task);
-    throw;
+void notify_capability(Capability* cap) noexcept {
+  // See Note [Sleeping capabilities] (schedule/idle.cpp) and Note [Handing
+  // over a capability]: the sender's half of the hand-shakes (the inbox CAS
+  // that precedes every call with work to report is seq_cst).
+  switch (cap->hold.load(std::memory_order_seq_cst)) {
+    case Hold::sleeping:
+      // acquire: the Task we read is fully constructed.  A stale read (the
+      // sleeper woke and handed over meanwhile) unparks a Task that
+      // re-checks and parks again; the new holder sees the inbox itself.
+      cap->running_task.load(std::memory_order_acquire)->parker.unpark();
+      break;
+    case Hold::free:
+      if (try_grab_capability(cap)) give_capability_to_spare(cap);
+      break;
+    case Hold::held:
+      break;
   }
 }
 

@@ -11,40 +11,39 @@ namespace capstan::rts {
 // give passes `cap`, which the caller holds (or has just claimed), to `to`,
 // which must be waiting in wait_for_capability; `first` (a thread bound to
 // `to`, or null) is what it runs first.  The caller must not touch cap after.
-void give(Task* to, Capability* cap, Thread* first) noexcept;
+void give_capability_to_task(Task* to, Capability* cap, Thread* first) noexcept;
 
 // wait_for_capability parks the capless `task` until someone gives it a
 // capability (then task->cap is set; returns true) or the runtime stops
 // (returns false).
 bool wait_for_capability(Task* task) noexcept;
 
-// release_to_spare passes `cap`, which the caller holds, to a spare Task of
+// give_capability_to_spare passes `cap`, which the caller holds, to a spare Task of
 // cap (waking one, or starting a new OS thread) so its work goes on.
-void release_to_spare(Capability* cap) noexcept;
+void give_capability_to_spare(Capability* cap) noexcept;
 
 // release_capability gives up the capability `task` holds for good: to the
 // Task a runnable bound thread needs, to a spare if there is work, else it
 // becomes free.
 void release_capability(Task* task) noexcept;
 
-// try_claim takes a free capability: true if the caller now holds it.
-bool try_claim(Capability* cap) noexcept;
+// try_grab_capability takes a free capability: true if the caller now holds it.
+bool try_grab_capability(Capability* cap) noexcept;
 
 // become_spare files the capless worker `task` as a spare of its last
 // capability; false if that capability has enough spares (the worker exits).
 bool become_spare(Task* task) noexcept;
 
-// new_task returns a Task of `kind` for this run (reusing a retired one).
-Task* new_task(TaskKind kind);
-// start_os_thread runs body(task) on a new OS thread, counted in
-// rt.os_threads; on exit the Task is retired.  Throws std::system_error.
-void start_os_thread(Task* task, void (*body)(Task*));
+// notify_capability tells `cap` that work was sent to its inbox: unparks
+// its Task if it sleeps, or grabs it if it is free and gives it to a spare.
+// See Note [Sleeping capabilities] in schedule/idle.cpp.
+void notify_capability(Capability* cap) noexcept;
 
 // Installs `task` on the calling OS thread as holder of `cap`.
 void take_capability(Task* task, Capability* cap) noexcept;
 // drop_capability undoes take_capability: `task` (on its own OS thread)
 // stops holding its capability, which it returns; the caller then passes
-// it on (give, release_to_spare) or releases it.
+// it on (give, give_capability_to_spare) or releases it.
 Capability* drop_capability(Task* task) noexcept;
 
 }  // namespace capstan::rts

@@ -23,15 +23,8 @@ bool installed = false;
 void on_segv(int sig, siginfo_t* info, void* uctx) {
   Task* task = my_task();
   Thread* t = task && task->cap ? task->cap->current : nullptr;
-  if (t && t->stack_lo && rt.arena.is_guard_page(info->si_addr, t->stack_lo)) {
-    char buf[256];
-    const char* label = t->label ? t->label->c_str() : "unlabelled";
-    int n = std::snprintf(buf, sizeof buf,
-                          "capstan: stack overflow in thread %llu (%s): its stack of %zu bytes "
-                          "is exhausted (raise it with +RTS -K<size>)\n",
-                          static_cast<unsigned long long>(t->id), label, rt.arena.size());
-    if (n > 0) (void)!write(2, buf, static_cast<std::size_t>(n));
-  }
+  if (t && t->stack_lo && rt.arena.is_guard_page(info->si_addr, t->stack_lo))
+    report_stack_overflow(t);
   // Hand the fault to whoever had SIGSEGV before us (default: die, dump core).
   if (previous.sa_flags & SA_SIGINFO) {
     if (previous.sa_sigaction) {
@@ -47,6 +40,16 @@ void on_segv(int sig, siginfo_t* info, void* uctx) {
 }
 
 }  // namespace
+
+void report_stack_overflow(const Thread* t) noexcept {
+  char buf[256];
+  const char* label = t->label ? t->label->c_str() : "unlabelled";
+  int n = std::snprintf(buf, sizeof buf,
+                        "capstan: stack overflow in thread %llu (%s): its stack of %zu bytes "
+                        "is exhausted (raise it with +RTS -K<size>)\n",
+                        static_cast<unsigned long long>(t->id), label, rt.arena.size());
+  if (n > 0) (void)!write(2, buf, static_cast<std::size_t>(n));
+}
 
 void install_overflow_handler() {
   if (installed) return;

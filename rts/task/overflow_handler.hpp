@@ -9,12 +9,18 @@
 // signal-safe - and re-raises with the previous disposition, so core dumps
 // and debuggers still see the fault.  Any other SIGSEGV goes straight to the
 // previous handler.  An overflow cannot become a C++ exception: unwinding
-// out of a signal handler is undefined (design brief 6.4).
+// out of a signal handler is undefined behaviour.
 #pragma once
 
 namespace capstan::rts {
 
 struct Task;
+struct Thread;
+
+// report_stack_overflow writes "capstan: stack overflow in thread N
+// (label): ..." to stderr with write(2): async-signal-safe, for the SIGSEGV
+// handler and for the switch's software check (schedule/switch.hpp).
+void report_stack_overflow(const Thread* t) noexcept;
 
 // install_overflow_handler installs the process-wide handler (once per run).
 void install_overflow_handler();

@@ -1,12 +1,18 @@
-// task.cpp - OS-thread bookkeeping for Tasks.  See task.hpp.
+// task.cpp - Tasks: making them, their OS threads, and the OS-thread
+// bookkeeping of the calling Task.  See task.hpp.
 #include "task/task.hpp"
-
-#include "capability/capability.hpp"
-#include "primitives/sanitizer.hpp"
 
 #include <pthread.h>
 
 #include <cerrno>
+#include <system_error>
+#include <thread>
+
+#include "capability/capability.hpp"
+#include "primitives/fault_injection.hpp"
+#include "primitives/sanitizer.hpp"
+#include "runtime/runtime.hpp"
+#include "task/overflow_handler.hpp"
 
 namespace __cxxabiv1 {
 struct __cxa_eh_globals;
@@ -47,6 +53,75 @@ void bind_task_to_this_os_thread(Task* t) {
 
 void init_task_sanitizer_state(Task* t) {
   if (san::tsan()) t->tsan_fiber = __tsan_get_current_fiber();
+}
+
+void Task::reset_for_reuse() noexcept {
+  // Everything a run of schedule() leaves behind.  Not touched: parker (a
+  // stale running_task read may still unpark it: Note [Sticky wake-up]
+  // makes that harmless), threads (its cached Thread objects stay), the
+  // per-OS-thread caches (rebound by bind_task_to_this_os_thread).
+  cap = nullptr;
+  sched_sp = nullptr;
+  post = PostSwitch{};
+  given.store(false, std::memory_order_relaxed);
+  given_cap = nullptr;
+  given_thread = nullptr;
+  last_cap = nullptr;
+  next_spare = nullptr;
+  bound_thread = nullptr;
+  bound_done = false;
+  give_cap_to_spare = false;
+}
+
+Task* new_task(TaskKind kind) {
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  Task* t;
+  if (!rt.retired_tasks.empty()) {
+    t = rt.retired_tasks.back();
+    rt.retired_tasks.pop_back();
+    t->reset_for_reuse();
+  } else {
+    rt.tasks.push_back(std::make_unique<Task>());
+    t = rt.tasks.back().get();
+    t->threads.attach(&rt.depot);
+  }
+  t->kind = kind;
+  rt.tasks_created.add();
+  return t;
+}
+
+namespace {
+
+void retire(Task* t) {
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  rt.retired_tasks.push_back(t);
+}
+
+}  // namespace
+
+void start_os_thread(Task* task, void (*body)(Task*)) {
+  rt.os_threads.fetch_add(1, std::memory_order_relaxed);
+  try {
+    if (fault_injection::should_fail(fault_injection::fail_os_thread_start))
+      throw std::system_error(EAGAIN, std::generic_category(),
+                              "capstan: cannot start an OS thread (fault injected by a test)");
+    std::thread([task, body] {
+      bind_task_to_this_os_thread(task);
+      init_task_sanitizer_state(task);
+      if (!rt.sanitizers) enter_signal_stack(task);
+      body(task);
+      if (!rt.sanitizers) leave_signal_stack(task);
+      set_my_task(nullptr);
+      retire(task);
+      // Last: run() waits for this count to reach zero before it frees Tasks.
+      if (rt.os_threads.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        futex_wake(&rt.os_threads, 1);
+    }).detach();
+  } catch (...) {
+    rt.os_threads.fetch_sub(1, std::memory_order_relaxed);
+    retire(task);
+    throw;
+  }
 }
 
 }  // namespace capstan::rts

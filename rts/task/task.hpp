@@ -53,29 +53,29 @@ struct PostSwitch {
   std::atomic<bool>* unlock = nullptr;       // a lock word to release after the blocker's context is saved
   Thread* migrant = nullptr;                 // send to migrate_to's inbox once off its stack
   Capability* migrate_to = nullptr;
-  bool migrant_priority = false;             // a thread returning from a safe call
+  bool migrant_returning = false;             // a thread returning from a safe call
 };
 
 enum class TaskKind : std::uint8_t { main, worker, os_bound, foreign };
 
 struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   Capability* cap = nullptr;     // [owner] the capability held, or null
-  void* sched_sp = nullptr;      // saved scheduler (native) context
-  PostSwitch post;               // written by the leaving side, run by the landing side
-  Parker parker;                 // sleeps here when idle, spare, or waiting for a capability
-  TaskKind kind = TaskKind::worker;
+  void* sched_sp = nullptr;      // [owner] saved scheduler (native) context
+  PostSwitch post;               // [owner: this OS thread] written by the leaving side, run by the landing side
+  Parker parker;                 // [atomic] sleeps here when idle, spare, or waiting for a capability
+  TaskKind kind = TaskKind::worker;  // [written by new_task under rt.tasks_mu]
 
   // --- hand-over (Note [Handing over a capability]) ------------------------
-  std::atomic<bool> handed{false};  // [atomic] giver: release after the two below
-  Capability* handed_cap = nullptr;  // [giver writes, then this Task reads]
-  Thread* handed_thread = nullptr;   // run first (a thread bound to this Task), or null
+  std::atomic<bool> given{false};  // [atomic] giver: release after the two below
+  Capability* given_cap = nullptr;  // [giver writes, then this Task reads]
+  Thread* given_thread = nullptr;   // run first (a thread bound to this Task), or null
   Capability* last_cap = nullptr;    // [owner] capability held last (spare of / in-call hint)
   Task* next_spare = nullptr;        // [lock: last_cap->spare_lock]
 
   // --- bound threads (Note [Bound threads]) --------------------------------
   Thread* bound_thread = nullptr;  // [owner] the bound thread this Task serves, while it lives
   bool bound_done = false;         // [owner] it finished: leave schedule()
-  bool pass_cap_to_spare = false;  // [owner] Note [Unbound threads on a bound Task]
+  bool give_cap_to_spare = false;  // [owner] Note [Unbound threads on a bound Task]
   // The green thread whose safe call this Task is running, or null: read by
   // shutdown (relaxed) to wait for foreign calls.  Note [Shutdown].
   std::atomic<Thread*> in_safe_call{nullptr};
@@ -83,17 +83,20 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   std::uint64_t next_id = 0, id_end = 0;  // [owner] ids for in-call threads
 
   // Cached per-OS-thread locations (valid: a Task never changes OS thread).
-  int* errno_loc = nullptr;
-  EhGlobals* eh = nullptr;
+  int* errno_loc = nullptr;        // [owner]
+  EhGlobals* eh = nullptr;         // [owner]
 
   // Alternate signal stack (overflow_handler.hpp).
-  void* alt_stack = nullptr;
-  stack_t prev_alt_stack{};
+  void* alt_stack = nullptr;       // [owner]
+  stack_t prev_alt_stack{};        // [owner]
 
   // Sanitizer state of the native scheduler context.
-  void* tsan_fiber = nullptr;
-  const void* native_stack_lo = nullptr;
-  std::size_t native_stack_size = 0;
+  void* tsan_fiber = nullptr;             // [owner]
+  const void* native_stack_lo = nullptr;  // [owner]
+  std::size_t native_stack_size = 0;      // [owner]
+
+  // reset_for_reuse: a retired Task made ready for another kind of use.
+  void reset_for_reuse() noexcept;
 };
 
 // my_task returns the calling OS thread's Task, or null if it has none.
@@ -121,6 +124,12 @@ inline void* stack_pointer() noexcept {
 #endif
   return sp;
 }
+
+// new_task returns a Task of `kind` for this run (reusing a retired one).
+Task* new_task(TaskKind kind);
+// start_os_thread runs body(task) on a new OS thread, counted in
+// rt.os_threads; on exit the Task is retired.  Throws std::system_error.
+void start_os_thread(Task* task, void (*body)(Task*));
 
 // Fills in the per-OS-thread caches of a Task running on the calling thread.
 void bind_task_to_this_os_thread(Task* t);

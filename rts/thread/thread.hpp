@@ -49,7 +49,7 @@ struct Thread {
   bool locked = false;             // fork_on or bound: never migrates
   bool bound = false;              // runs only on bound_task's OS thread
   bool is_main = false;            // run()'s main thread (never killed at shutdown)
-  bool priority = false;           // returning from a safe call: front of the queue
+  bool returning = false;            // returning from a safe call: front of the queue
   Task* bound_task = nullptr;      // bound threads: the Task (OS thread) that runs them
   bool has_eh = false;             // eh holds saved state (inside a catch / unwinding)
   int saved_errno = 0;

@@ -1,16 +1,13 @@
-// api.cpp - the public green-thread API (thread.hpp, detail/bridge.hpp),
-// implemented on the runtime in rts/.
-#include <fmt/format.h>
+// thread_api.cpp - the public questions a green thread asks about itself
+// (capstan/thread.hpp: self, is_bound, current_capability,
+// num_capabilities, label_thread).  Forking is schedule/fork.cpp, yield and
+// safe points schedule/yield.cpp, statistics() stats/stats.cpp.
+#include <string>
+#include <utility>
 
-#include <mutex>
-
-#include "capstan/errors.hpp"
-#include "capstan/foreign.hpp"
-
-#include "capstan/statistics.hpp"
 #include "capstan/thread.hpp"
 #include "runtime/runtime.hpp"
-#include "schedule/schedule.hpp"
+#include "task/green_thread.hpp"
 
 namespace capstan {
 
@@ -24,8 +21,6 @@ thread_id self() {
   detail::safe_point();
   return id;
 }
-
-void yield() { rts::yield_current(); }
 
 bool is_bound() {
   Task* task = rts::require_green_thread("capstan::is_bound");
@@ -75,42 +70,4 @@ void label_thread(thread_id id, std::string_view label) {
   detail::safe_point();
 }
 
-runtime_statistics statistics() {
-  if (rts::my_task() && rts::rt.running.load()) {
-    auto s = rts::snapshot_statistics();
-    detail::safe_point();
-    return s;
-  }
-  std::lock_guard<std::mutex> g(rts::rt.last_stats_mu);
-  if (rts::rt.running.load())
-    throw usage_error("capstan::statistics: called from an OS thread that is not running a "
-                      "green thread while a runtime runs; call it from inside capstan::run, "
-                      "or after run() returns for the final counters");
-  return rts::rt.last_stats;
-}
-
-namespace detail {
-
-thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
-  Thread* t = rts::alloc_thread(size, align,
-                                cap == kBoundOsThread ? "capstan::fork_os"
-                                : cap < 0             ? "capstan::fork_io"
-                                                      : "capstan::fork_on");
-  return {t, t->closure};
-}
-
-void thread_discard(void* thread) noexcept { rts::discard_thread(static_cast<Thread*>(thread)); }
-
-std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap) {
-  return rts::start_thread(static_cast<Thread*>(thread), ops, cap);
-}
-
-void safe_point() {
-  Task* task = rts::my_task_before_switch();  // no switch before its last use
-  if (task && task->cap && task->cap->current &&
-      task->cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
-    rts::yield_point_slow();
-}
-
-}  // namespace detail
 }  // namespace capstan

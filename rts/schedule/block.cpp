@@ -1,0 +1,91 @@
+// block.cpp - blocking and waking: a thread parks on an object (an mvar,
+// a spark), a waker makes it runnable again; and a thread moving itself to
+// another capability.
+#include "schedule/schedule.hpp"
+#include "schedule/pick.hpp"
+#include "schedule/switch.hpp"
+#include "task/handover.hpp"
+
+namespace capstan::rts {
+
+// Note [Blocking on an MVar]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The blocker enqueues its waiter and marks itself blocked while holding
+// the mvar's lock, then switches away *still holding it*; the landing side
+// releases it (post.unlock).  A waker must take that lock to find the
+// waiter, so it cannot see the blocked thread before its context is fully
+// saved: no thread is ever resumed half-switched, and no wake-up is lost
+// because the check ("is the mvar empty?") and the enqueue happen under the
+// same lock the waker takes.  The waker dequeues the waiter under the lock,
+// which gives it alone the right to wake the thread: a thread is woken
+// exactly once per block.
+void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after) {
+  Capability* cap = task->cap;
+  cur->state = ThreadState::blocked;
+  cur->why = WhyBlocked::on_mvar;
+  Thread* next = pick(cap);
+  task->post.unlock = unlock_after;
+  switch_to(task, cap, cur, next, false);
+}
+
+// Note [Migrating to a spark's capability]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A spark pool is touched only by its capability's owner (Note [Spark
+// pools]).  A thread that made a spark and then moved (woken elsewhere, or
+// pushed) goes back to the spark's capability before it forces or discards
+// the spark: it queues itself on that capability's inbox - after its
+// context is saved, by the landing side, as with every hand-over - and
+// continues there as its owner.
+void migrate_current_to(Capability* target) {
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  Thread* cur = cap->current;
+  cur->cap = target;
+  cur->state = ThreadState::runnable;
+  Thread* next = pick(cap);
+  task->post.migrant = cur;
+  task->post.migrate_to = target;
+  switch_to(task, cap, cur, next, false);
+}
+
+// Note [Wake-up affinity]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A thread woken by a running green thread joins the *waker's* capability
+// (unless it is locked there by fork_on or bound), as Go's runnext does: the
+// woken thread usually consumes what the waker just produced, so its data
+// is in this core's cache, and a ping-pong or a ring stays on one
+// capability instead of paying a cross-core wake-up per hand-off.  Load is
+// spread by Note [Pushing work] instead.  Wake-ups from an OS thread that
+// runs no green thread, or of locked threads, go to the thread's own
+// capability through its inbox.
+void wake(Thread* t) noexcept {
+  t->state = ThreadState::runnable;
+  t->why = WhyBlocked::not_blocked;
+  Task* task = my_task_before_switch();  // wake never switches
+  Capability* mine = task ? task->cap : nullptr;
+  if (mine) {
+    if (mine->current && !t->locked) t->cap = mine;
+    if (t->cap == mine) {
+      mine->run_queue.push_back(t);
+      return;
+    }
+  }
+  Capability* target = t->cap;
+  target->inbox.push(t);
+  notify_capability(target);
+}
+
+void wake_home(Thread* t) noexcept {
+  t->state = ThreadState::runnable;
+  t->why = WhyBlocked::not_blocked;
+  Capability* home = t->cap;  // read before the push: t may run at once after it
+  Task* task = my_task_before_switch();
+  if (task && task->cap == home) {
+    home->run_queue.push_back(t);
+    return;
+  }
+  home->inbox.push(t);
+  notify_capability(home);
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,178 @@
+// fork.cpp - a green thread's life as the scheduler sees it: made
+// runnable (fork_io, fork_on, fork_os), started (thread_entry), finished.
+// Allocation, ids and teardown of the Thread object are thread/threads.cpp.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "capstan/errors.hpp"
+#include "capstan/mvar.hpp"
+#include "capstan/thread.hpp"
+#include "mvar/event.hpp"
+#include "primitives/sanitizer.hpp"
+#include "schedule/pick.hpp"
+#include "schedule/schedule.hpp"
+#include "schedule/switch.hpp"
+#include "task/handover.hpp"
+
+namespace capstan::rts {
+
+namespace {
+
+void report_uncaught(Thread* t, const char* what) {
+  t->home->all_lock.lock();  // labels are guarded by it (label_thread)
+  std::string label = t->label ? *t->label : "unlabelled";
+  t->home->all_lock.unlock();
+  std::fprintf(stderr, "capstan: uncaught exception in thread %llu (%s): %s\n",
+               static_cast<unsigned long long>(t->id), label.c_str(), what);
+  my_task()->cap->uncaught_exceptions.add();
+}
+
+void notify_shutdown() {
+  // Note [Shutdown]: every finish during shutdown pokes the main thread.
+  if (rt.shutdown_events) rt.shutdown_events->notify();
+}
+
+// Note [Finishing a thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A finished thread stands on the stack it would free.  It picks its
+// successor, leaves itself in task->post.dead, and switches away telling
+// ASan it leaves for good; the landing side (after_switch) returns the
+// stack to the capability's pool and the Thread to its free list.
+[[noreturn]] void finish_current(Thread* self) {
+  unlink_from_home(self);
+  self->state = ThreadState::finished;
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  cap->threads_finished.add();
+  if (rt.shutting_down.load(std::memory_order_acquire)) [[unlikely]] notify_shutdown();
+  // A fork_os or in-call thread's Task leaves with it (Note [Bound threads]).
+  bool task_leaves = self == task->bound_thread && !self->is_main;
+  if (task_leaves) [[unlikely]] {
+    task->bound_thread = nullptr;
+    task->bound_done = true;
+  }
+  Thread* next = task_leaves ? nullptr : pick(cap);
+  task->post.dead = self;
+  switch_to(task, cap, self, next, /*from_dying=*/true);
+  __builtin_unreachable();
+}
+
+}  // namespace
+
+[[noreturn]] void thread_entry(void* arg) {
+  if (rt.sanitizers && san::asan()) [[unlikely]]
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+  after_switch(static_cast<PostSwitch*>(arg));
+  Thread* self = my_task()->cap->current;
+  // Bound threads always start: a fork_os or in-call thread's Task waits for
+  // it; it meets thread_killed at its first checkpoint instead (Note
+  // [Shutdown checkpoints] in schedule/yield.cpp).
+  if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
+    my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
+  } else {
+    try {
+      self->ops->invoke(self->closure);
+    } catch (const thread_killed&) {
+      my_task()->cap->threads_killed.add();
+    } catch (const blocked_indefinitely&) {
+      // As GHC's childHandler: a forked thread that can never be woken
+      // ends quietly (counted in the statistics).
+      my_task()->cap->threads_blocked_indefinitely.add();
+    } catch (const std::exception& e) {
+      report_uncaught(self, e.what());
+    } catch (...) {
+      report_uncaught(self, "unknown exception (not derived from std::exception)");
+    }
+  }
+  self->ops->destroy(self->closure);
+  finish_current(self);
+}
+
+namespace {
+
+// A fork_os thread's OS thread: serves its bound thread until it finishes.
+void bound_task_body(Task* task) { schedule(task); }
+
+void enqueue_new(Capability* cap, Thread* t, Capability* target) {
+  t->cap = target;
+  t->state = ThreadState::runnable;
+  if (target == cap) {
+    cap->run_queue.push_back(t);  // pushed on to idle capabilities by pick
+  } else {
+    target->inbox.push(t);
+    notify_capability(target);
+  }
+}
+
+}  // namespace
+
+// Note [Fork back-pressure]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread that forks in a loop would, within one 20 ms timeslice, queue
+// hundreds of thousands of threads whose Thread objects and closures have
+// long left the cache by the time they run, and whose memory is all live at
+// once.  So when its capability's run queue reaches kForkBackPressure
+// threads, the forker's timeslice is expired early: at the fork's safe point
+// it goes to the back (the usual rule), the threads it made run while they
+// are still in cache, and it resumes after them.  New threads still go to
+// the back; this only shortens the forker's slice.  Memory for pending new
+// threads is bounded by the queue length rather than by the timeslice.
+std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  t->ops = ops;
+  t->id = next_thread_id(cap);
+  link_home(cap, t);
+  Capability* target = cap;
+  if (cap_no == detail::kBoundOsThread) {
+    // fork_os: Note [Bound threads].  The OS thread starts first (it may
+    // fail, and then nothing has happened), then waits for the thread.
+    target = rt.caps[rt.next_bound_cap.fetch_add(1, std::memory_order_relaxed) % rt.n_caps];
+    Task* b = new_task(TaskKind::os_bound);
+    b->bound_thread = t;
+    b->last_cap = target;
+    t->bound = t->locked = true;
+    t->bound_task = b;
+    try {
+      start_os_thread(b, &bound_task_body);
+    } catch (...) {
+      unlink_from_home(t);
+      t->ops = nullptr;
+      discard_thread(t);
+      throw;
+    }
+  } else if (cap_no >= 0) {
+    target = rt.caps[static_cast<unsigned>(cap_no) % rt.n_caps];
+    t->locked = true;
+  }
+  cap->threads_created.add();  // only once nothing can fail: never undone
+  std::uint64_t id = t->id;  // t may run (and finish) elsewhere from here on
+  enqueue_new(cap, t, target);
+  // See Note [Fork back-pressure].
+  if (cap->run_queue.size() >= kForkBackPressure) [[unlikely]]
+    request_context_switch(cap);
+  // Every runtime call is a safe point.
+  if (cap->context_switch.load(std::memory_order_relaxed)) [[unlikely]] yield_point_slow();
+  return id;
+}
+
+}  // namespace capstan::rts
+
+namespace capstan::detail {
+
+thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
+  rts::Thread* t = rts::alloc_thread(size, align,
+                                     cap == kBoundOsThread ? "capstan::fork_os"
+                                     : cap < 0             ? "capstan::fork_io"
+                                                           : "capstan::fork_on");
+  return {t, t->closure};
+}
+
+void thread_discard(void* thread) noexcept { rts::discard_thread(static_cast<rts::Thread*>(thread)); }
+
+std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap) {
+  return rts::start_thread(static_cast<rts::Thread*>(thread), ops, cap);
+}
+
+}  // namespace capstan::detail

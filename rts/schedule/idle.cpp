@@ -1,0 +1,116 @@
+// idle.cpp - what a capability does when it has nothing to run: look for
+// sparks, spin, then sleep until work arrives.
+//
+// Note [Sleeping capabilities]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An idle capability first spins for up to kSpinNs watching its inbox (a
+// futex wake-up costs 5-24 us here, far more than most waits), then sleeps.
+// The hand-shake with a sender is Dekker's, with seq_cst operations only
+// (no stand-alone fences, which ThreadSanitizer cannot model):
+//   sleeper: sleeping.store(true, seq_cst);  if inbox.head.load(seq_cst) == null: park()
+//   sender:  inbox.head CAS (seq_cst);       if sleeping.load(seq_cst):          unpark()
+// All four operations are in the single total order S of seq_cst
+// operations.  If the sleeper's load misses the push, it precedes the CAS in
+// S, so the sleeper's earlier store precedes the sender's later load, which
+// therefore sees sleeping == true and unparks.  Either the sleeper sees the
+// new work and does not park, or the sender sees `sleeping` and unparks.
+// Cost: the sleeper's seq_cst store (an xchg on x86) is on the idle path
+// only; the sender's CAS is locked anyway and its seq_cst load is a plain
+// load on x86 and an ldar on ARMv8.  The Parker's sticky flag covers an unpark that
+// lands between the check and the futex wait (Note [Sticky wake-up]).
+// The stop flag is part of the re-check: a capability that went to sleep
+// just as the runtime stopped would otherwise never leave.
+#include "schedule/idle.hpp"
+
+#include "primitives/clock.hpp"
+#include "primitives/parker.hpp"
+#include "primitives/spin.hpp"
+#include "runtime/runtime.hpp"
+#include "sparks/pool.hpp"
+
+namespace capstan::rts {
+
+namespace {
+
+constexpr std::int64_t kSpinNs = 50'000;
+
+// inbox_or_stop: may an idle capability stop idling?  Not has_work (which
+// asks whether a capability may be released): an idle capability's run
+// queue is empty and its sparks are looked for separately (try_sparks), so
+// only threads sent to it, and the runtime stopping, end an idle period.
+bool inbox_or_stop(Capability* cap) {
+  return cap->inbox.maybe_nonempty() || rt.stop.load(std::memory_order_relaxed);
+}
+
+constexpr unsigned kSparkRounds = 20;
+
+bool any_sparks() {
+  for (Capability* c : rt.caps)
+    if (c->sparks.size() != 0) return true;
+  return false;
+}
+
+// try_sparks: an idle capability turns a spark into a spark thread (own
+// pool first, then by asking others; Note [Spark pools]).
+bool try_sparks(Capability* cap) {
+  poll_spark_requests(cap);
+  if (detail::spark_base* s = find_spark(cap)) {
+    start_spark_thread(cap, s);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void idle(Task* task, Capability* cap) {
+  rt.n_idle.fetch_add(1, std::memory_order_seq_cst);
+  cap->idle.store(true, std::memory_order_relaxed);
+  std::int64_t t0 = now_ns();
+  bool found = false;
+  for (unsigned round = 0; !found; ++round) {
+    // Spin for kSpinNs watching the inbox, answering steal requests, and
+    // looking for sparks (asking another capability every 256 turns: each
+    // ask costs the victim a poll, so thieves back off).
+    std::int64_t spin_start = now_ns();
+    for (unsigned i = 0; !found; ++i) {
+      if (inbox_or_stop(cap)) found = true;
+      else if ((i & 255) == 0 && try_sparks(cap)) found = true;
+      else if ((i & 63) == 63 && now_ns() - spin_start > kSpinNs) break;
+      else {
+        poll_spark_requests(cap);
+        cpu_relax();
+      }
+    }
+    if (found) break;
+    // Sparks elsewhere whose owner has not answered yet: keep trying for a
+    // while (bounded: kSparkRounds spins), then sleep anyway; the ticker
+    // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).
+    if (round < kSparkRounds && any_sparks()) continue;
+    if (round == 0) cap->stacks.trim_idle();  // Note [Trimming when idle]
+    cap->hold.store(Hold::sleeping, std::memory_order_seq_cst);
+    if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {
+      cap->hold.store(Hold::held, std::memory_order_relaxed);
+      break;
+    }
+    detail::g_spark_sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (cap->sparks.size() == 0 && !cap->spark_wake.load(std::memory_order_seq_cst)) {
+      cap->sleeps.add();
+      task->parker.park();
+    }
+    detail::g_spark_sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    cap->hold.store(Hold::held, std::memory_order_relaxed);
+    cap->spark_wake.store(false, std::memory_order_relaxed);
+    found = inbox_or_stop(cap);  // else spin again: woken for sparks, or spuriously
+  }
+  cap->idle.store(false, std::memory_order_relaxed);
+  rt.n_idle.fetch_sub(1, std::memory_order_seq_cst);
+  // Note [Stopping the ticker]: a busy capability needs the ticker back.
+  if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
+    rt.ticker_parked.store(0, std::memory_order_seq_cst);
+    futex_wake(&rt.ticker_parked, 1);
+  }
+  cap->idle_ns.add(static_cast<std::uint64_t>(now_ns() - t0));
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,126 @@
+// switch.hpp - switching the running green thread: switch_to and its
+// landing side, after_switch.  See Note [Direct switching] in
+// schedule/schedule.cpp.
+//
+// Header-only on purpose: switch_to is on every yield, block, wake-up
+// hand-off and finish, and each of those (schedule.cpp, yield.cpp,
+// block.cpp, fork.cpp, shutdown's checkpoints) must inline it, as it did
+// when they all were one translation unit.  Nothing here may become a
+// call into another translation unit on the common path.
+#pragma once
+
+#include "asm/context.hpp"
+#include "capability/capability.hpp"
+#include "primitives/sanitizer.hpp"
+#include "runtime/runtime.hpp"
+#include "task/handover.hpp"
+#include "task/task.hpp"
+#include "thread/thread.hpp"
+#include "thread/threads.hpp"
+
+namespace capstan::rts {
+
+// thread_entry is where every green thread starts (schedule/fork.cpp).
+[[noreturn]] void thread_entry(void* arg);
+
+// fatal_stack_overflow reports t's overflow (task/overflow_handler.hpp's
+// message) and aborts: for stacks the arena could not guard.
+[[noreturn]] void fatal_stack_overflow(Thread* t);
+
+// after_switch runs on the landing side of every switch.  `p` is the post
+// box of the Task that switched (the same OS thread as ours).
+inline void after_switch(PostSwitch* p) {
+  if (Thread* dead = p->dead) [[unlikely]] {
+    p->dead = nullptr;
+    recycle(my_task()->cap, dead);
+  }
+  if (std::atomic<bool>* lock = p->unlock) {
+    p->unlock = nullptr;
+    // The blocked thread is off its stack: others may wake it now.
+    lock->store(false, std::memory_order_release);
+  }
+  if (Thread* t = p->migrant) [[unlikely]] {
+    p->migrant = nullptr;
+    Capability* target = p->migrate_to;
+    bool returning = p->migrant_returning;
+    p->migrant_returning = false;
+    t->returning = returning;
+    target->inbox.push(t);  // See Note [Migrating to a spark's capability]
+    // A safe call's thread counts as "in the call" until it is queued, so
+    // shutdown never takes it for abandoned in between (Note [Shutdown]).
+    if (returning) my_task()->in_safe_call.store(nullptr, std::memory_order_relaxed);
+    // A thread back from a safe call: its capability lets it in at the next
+    // safe point (Note [Returning from a safe call]).
+    if (returning) target->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
+    notify_capability(target);
+  }
+}
+
+inline void prepare_stack(Capability* cap, Thread* t) {
+  t->stack_lo = cap->stacks.get();
+  t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);
+  if (rt.sanitizers && san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
+  cap->stacks_allocated.add();
+}
+
+// switch_to leaves `from` (null: the Task's scheduler context) for `to`
+// (null: the scheduler context).  The caller has already requeued, blocked
+// or finished `from`.  Returns when someone switches back to `from`.
+[[gnu::always_inline]] inline void switch_to(Task* task, Capability* cap, Thread* from, Thread* to,
+                                             bool from_dying) {
+  int* errno_loc = task->errno_loc;
+  EhGlobals* eh = task->eh;
+  void** save;
+  if (from) {
+    // Software overflow check, for stacks the arena could not guard.
+    if (stack_pointer() < from->stack_lo) [[unlikely]]
+      fatal_stack_overflow(from);
+    from->saved_errno = *errno_loc;
+    // Exception state is almost always empty: save it only when it is not.
+    if (eh->caught || eh->uncaught) [[unlikely]] {
+      from->eh = *eh;
+      from->has_eh = true;
+      *eh = EhGlobals{};
+    }
+    save = &from->sp;
+  } else {
+    save = &task->sched_sp;
+  }
+  void* target;
+  if (to) {
+    if (!to->sp) prepare_stack(cap, to);
+    *errno_loc = to->saved_errno;
+    if (to->has_eh) [[unlikely]] {
+      *eh = to->eh;
+      to->has_eh = false;
+    }
+    to->state = ThreadState::running;
+    cap->current = to;
+    cap->context_switches.add();
+    if (rt.switch_every_safe_point) [[unlikely]]
+      cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);
+    target = to->sp;
+  } else {
+    if (cap) cap->current = nullptr;  // null: a capless Task back from a safe call
+    target = task->sched_sp;
+  }
+  if (!rt.sanitizers) [[likely]] {
+    void* arg = capstan_switch(save, target, &task->post);
+    // --- we may be on another OS thread now: `task` and `cap` are stale ---
+    after_switch(static_cast<PostSwitch*>(arg));
+    return;
+  }
+  // Sanitizer builds: announce the stack we are moving to (sanitizer.hpp).
+  void* fake_stack = nullptr;
+  if (san::asan()) {
+    const void* lo = to ? to->stack_lo : task->native_stack_lo;
+    std::size_t size = to ? rt.arena.size() : task->native_stack_size;
+    __sanitizer_start_switch_fiber(from_dying ? nullptr : &fake_stack, lo, size);
+  }
+  if (san::tsan()) __tsan_switch_to_fiber(to ? to->tsan_fiber : task->tsan_fiber, 0);
+  void* arg = capstan_switch(save, target, &task->post);
+  if (san::asan()) __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+  after_switch(static_cast<PostSwitch*>(arg));
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,130 @@
+// yield.cpp - giving the capability up voluntarily: yield, safe points
+// (where a thread answers the ticker, an interrupt or a returning safe
+// call), and the shutdown checkpoints every safe point contains.
+#include <exception>
+
+#include "capstan/errors.hpp"
+#include "capstan/thread.hpp"
+#include "schedule/pick.hpp"
+#include "schedule/schedule.hpp"
+#include "schedule/switch.hpp"
+
+namespace capstan::rts {
+
+// Note [Shutdown checkpoints]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// During shutdown (rt.shutting_down, Note [Shutdown]) every thread but
+// run()'s main - bound threads too - meets thread_killed at its next
+// checkpoint, where check_killed runs:
+//  * a call that would block: an mvar take/put/read (so also sleep_for
+//    and fd waits), checked before it parks;
+//  * a yield, and a safe point that finds its capability's context_switch
+//    word set: shutdown interrupts every capability once, and the ticker
+//    expires a busy capability's timeslice every tick, so a thread that
+//    computes and passes safe points meets one within a tick;
+//  * a safe call's entry, and its return unless the call threw.
+// A thread that has not started when shutdown begins never runs its body
+// (thread_entry, schedule/fork.cpp); bound threads always start, and meet
+// their first checkpoint instead.  At a checkpoint:
+//  * after stop (the grace period is over) the thread is abandoned: it
+//    switches to its Task's scheduler context and is never resumed; its
+//    closure and stack are freed without unwinding (shutdown/shutdown.cpp);
+//  * otherwise, if its capability has another thread to run, it first
+//    requeues itself at the back and switches to it - so a thread that
+//    catches thread_killed and calls in again, in a loop, cannot keep the
+//    main thread (which drives shutdown) off its capability - and then it
+//    throws thread_killed (or is abandoned, if stop came meanwhile).
+// While the thread is unwinding (uncaught_exceptions() > 0) nothing is
+// thrown - throwing from a destructor would terminate() - and its blocking
+// calls park as usual (the killer leaves such a waiter alone: Note
+// [Killing a blocked thread]); it is still abandoned after stop.
+namespace {
+
+[[noreturn]] void abandon_current(Thread* t) {
+  Task* task = my_task();
+  t->state = ThreadState::blocked;
+  t->why = WhyBlocked::on_shutdown;
+  switch_to(task, task->cap, t, nullptr, false);
+  __builtin_unreachable();  // nobody resumes an abandoned thread
+}
+
+
+}  // namespace
+
+void check_killed(Thread* t) {
+  if (!rt.shutting_down.load(std::memory_order_acquire) || t->is_main) return;
+  if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
+  if (std::uncaught_exceptions() != 0) return;
+  Task* task = my_task();
+  Capability* cap = task->cap;
+  Thread* next = pick(cap);
+  if (next || cap->bound_next) {
+    t->state = ThreadState::runnable;
+    cap->run_queue.push_back(t);
+    switch_to(task, cap, t, next, false);
+  }
+  if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
+  throw thread_killed{};
+}
+
+void yield_current() {
+  Task* task = green_task_before_switch();
+  if (!task) [[unlikely]] task = require_green_thread("capstan::yield");  // throws
+  Capability* cap = task->cap;
+  Thread* cur = cap->current;
+  cap->context_switch.store(0, std::memory_order_relaxed);
+  if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
+  Thread* next = pick(cap);
+  if (!next && !cap->bound_next) return;  // nothing else to run: keep going
+  cur->state = ThreadState::runnable;
+  cap->run_queue.push_back(cur);
+  switch_to(task, cap, cur, next, false);
+  if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
+}
+
+void yield_point_slow() {
+  Task* task = require_green_thread("capstan::yield_point");
+  Capability* cap = task->cap;
+  std::uint32_t why = cap->context_switch.exchange(0, std::memory_order_relaxed);
+  cap->sched_epoch.store(cap->sched_epoch.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_release);  // a quiescent point too
+  check_killed(cap->current);
+  if (why & kReturning) {
+    // Note [Returning from a safe call]: the returner goes first, and we
+    // keep our place right behind it.
+    Thread* cur = cap->current;
+    cur->state = ThreadState::runnable;
+    // Its timeslice may have expired too: then it goes to the back.
+    if (why & kTimesliceExpired) cap->run_queue.push_back(cur);
+    else cap->run_queue.push_front(cur);
+    Thread* next = pick(cap);
+    if (next == cur) {
+      cur->state = ThreadState::running;
+      return;
+    }
+    switch_to(task, cap, cur, next, false);
+  } else if (why & kTimesliceExpired) {
+    yield_current();  // See Note [Requeue front or back]: back
+  } else if (why & kInterrupt) {
+    // Interrupted, not expired: the thread keeps the front of the queue, so
+    // after the interrupt's work (the inbox) it simply continues.
+    drain_inbox(cap);
+  }
+}
+
+}  // namespace capstan::rts
+
+namespace capstan {
+
+void yield() { rts::yield_current(); }
+
+namespace detail {
+
+void safe_point() {
+  rts::Task* task = rts::green_task_before_switch();  // no switch before its last use
+  if (task && task->cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    rts::yield_point_slow();
+}
+
+}  // namespace detail
+}  // namespace capstan

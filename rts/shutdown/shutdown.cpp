@@ -1,0 +1,256 @@
+// shutdown.cpp - ending a run: killing every thread but main, abandoning
+// the ones that will not die, and reclaiming what they held (GHC's
+// RaiseAsync.c and the exit half of Schedule.c).  The checkpoints where a
+// running thread meets thread_killed are the scheduler's: Note [Shutdown
+// checkpoints] in schedule/yield.cpp.
+//
+// Note [Shutdown]
+// ~~~~~~~~~~~~~~~
+// When run()'s main function returns, the main green thread (still running,
+// bound to capability 0) reclaims every other thread before anything stops:
+//  1. shutting_down = true, and every capability is interrupted, so a
+//     running thread throws thread_killed from its next runtime call or
+//     safe point, and a thread that has not started never runs its body.
+//  2. Every blocked thread is woken with thread_killed
+//     (Note [Killing a blocked thread]); its stack unwinds and its
+//     destructors run - nothing a thread owns is leaked.
+//  3. The main thread waits on rt.shutdown_events, which each finishing
+//     thread, each in-call leaving, and each tick (as a clock) pokes, and
+//     repeats 2 until only it is left and no in-call is in progress.  A thread that swallows thread_killed and blocks again is
+//     killed again; one that has not finished after kShutdownGrace is
+//     abandoned - its stack is freed without unwinding - and reported on
+//     stderr by id and label.  A thread inside a safe call runs foreign code
+//     on its own stack: shutdown waits for the call to return (saying so on
+//     stderr once), and the thread then meets thread_killed.  Every thread's fate is counted in the
+//     statistics: finished, killed, or abandoned.
+//  4. stop = true; every capability's scheduler returns; run_main waits for
+//     the worker Tasks' OS threads and the in-calls to leave, stops the
+//     ticker and the IO manager, frees what abandoned threads held
+//     (reclaim_leftovers), and destroys the Runtime (Note [The runtime's
+//     life cycle]); run() returns main's result.
+// GHC kills threads at exit without running their handlers; C++ has no
+// other way to run destructors than unwinding, hence thread_killed.
+#include "shutdown/shutdown.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "capstan/mvar.hpp"
+#include "capstan/thread.hpp"
+#include "mvar/event.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+#include "stats/stats.hpp"
+#include "task/handover.hpp"
+
+namespace capstan::rts {
+
+// Note [Killing a blocked thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// At shutdown every blocked thread is woken with thread_killed so its stack
+// unwinds and its destructors run.  The killer must find the mvar the thread
+// waits on, but that mvar may be destroyed concurrently (its waiters are then
+// orphaned).  During shutdown Thread::wait_lock guards blocked_on/waiter: the
+// blocker sets them, and a waker or an mvar's destructor clears them, under
+// it (while holding the mvar lock: order mvar lock -> wait_lock).  The
+// killer holds wait_lock while it *tries* to take the mvar lock (the reverse
+// order, so it only tries, and on failure backs off and is retried on the
+// next sweep).  While the killer holds wait_lock with blocked_on == m, m
+// cannot finish being destroyed, so m is valid.  A waiter that blocked while
+// unwinding (in a destructor) is not killed: throwing there would terminate().
+//
+// Before shutdown there is no killer, and wait_lock would cost two locked
+// instructions per MVar hand-off, so blockers and wakers skip it while
+// rt.waits_need_lock is false.  Turning the lock on is the killer's job, and
+// it must be sure that nobody still skips it (an asymmetric fence, as in
+// userspace RCU or folly's asymmetricHeavyBarrier):
+//   1. waits_need_lock = true (seq_cst);
+//   2. membarrier(PRIVATE_EXPEDITED): every running thread of the process
+//      executes a full barrier, so every later read of the flag sees true;
+//   3. wait until every other capability has made a scheduling decision
+//      (sched_epoch moved, read with acquire) or is idle: an mvar operation
+//      that read false before step 2 has then finished, and its writes to
+//      blocked_on happen-before the killer's reads.
+// OS threads that run no green thread (try_put from a plain thread) always
+// take the lock; so does everyone if membarrier is unavailable.
+bool request_kill(Thread* t) noexcept {
+  t->wait_lock.lock();
+  detail::mvar_core* m = t->blocked_on;
+  if (!m) {
+    t->wait_lock.unlock();
+    return true;
+  }
+  if (!m->try_lock()) {
+    t->wait_lock.unlock();
+    return false;
+  }
+  detail::waiter* w = t->waiter;
+  // A thread that blocked while unwinding is not killed (see above): its
+  // uncaught-exception count was saved with it when it switched out.
+  bool killable = !(t->has_eh && t->eh.uncaught != 0);
+  if (killable) {
+    m->remove(*w);
+    w->outcome = detail::waiter::killed;
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+  }
+  t->wait_lock.unlock();
+  m->unlock();  // before waking: a killed thread may destroy m as it unwinds
+  if (killable) wake(t);
+  return true;
+}
+
+namespace {
+
+constexpr auto kShutdownGrace = std::chrono::seconds(1);
+
+// kill_sweep asks every blocked thread to die; true if all requests landed.
+bool kill_sweep() {
+  bool all = true;
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      if (t->is_main) continue;
+      if (!request_kill(t)) all = false;
+    }
+    c->all_lock.unlock();
+  }
+  return all;
+}
+
+// in_safe_call: is t inside a safe call (its Task runs foreign code on its stack)?
+bool in_safe_call(Thread* t) {
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  for (auto& task : rt.tasks)
+    if (task->in_safe_call.load(std::memory_order_relaxed) == t) return true;
+  return false;
+}
+
+// Threads still inside safe calls, for the shutdown report.
+std::uint64_t safe_calls_in_progress(std::string* names) {
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  std::uint64_t n = 0;
+  for (auto& task : rt.tasks) {
+    Thread* t = task->in_safe_call.load(std::memory_order_relaxed);
+    if (!t) continue;
+    if (++n <= 10 && names) *names += fmt::format(" {}", t->id);
+  }
+  return n;
+}
+
+void report_abandoned() {
+  std::string names;
+  std::uint64_t n = 0;
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      if (t->is_main || in_safe_call(t)) continue;
+      ++n;
+      if (n <= 10)
+        names += fmt::format(" {}({})", t->id, t->label ? t->label->c_str() : "unlabelled");
+    }
+    c->all_lock.unlock();
+  }
+  if (n)
+    std::fprintf(stderr,
+                 "capstan: %llu thread(s) did not finish within %llds of shutdown (they caught "
+                 "thread_killed and carried on); abandoned without unwinding:%s%s\n",
+                 static_cast<unsigned long long>(n),
+                 static_cast<long long>(kShutdownGrace.count()), names.c_str(),
+                 n > 10 ? " ..." : "");
+}
+
+// Turns on Thread::wait_lock for every blocker and waker, and waits until
+// nobody can still be skipping it.  Note [Killing a blocked thread].
+void require_wait_locks() {
+  rt.waits_need_lock.store(true, std::memory_order_seq_cst);
+  if (!rt.membarrier_ok) return;  // the lock was never skipped
+  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  std::vector<std::uint64_t> seen;
+  for (Capability* c : rt.caps) seen.push_back(c->sched_epoch.load(std::memory_order_acquire));
+  for (std::size_t i = 1; i < rt.caps.size(); ++i) {  // capability 0 is us
+    Capability* c = rt.caps[i];
+    // A free capability runs nothing (a capless Task always takes the lock).
+    while (c->sched_epoch.load(std::memory_order_acquire) == seen[i] &&
+           !c->idle.load(std::memory_order_acquire) &&
+           c->hold.load(std::memory_order_acquire) != Hold::free) {
+      interrupt_capability(c);
+      capstan::yield();
+    }
+  }
+}
+
+}  // namespace
+
+void shutdown_protocol() {
+  process.accepting_incalls.store(false, std::memory_order_seq_cst);  // Note [In-calls]
+  rt.shutting_down.store(true, std::memory_order_seq_cst);
+  require_wait_locks();
+  sample_peaks();
+  for (Capability* c : rt.caps) {
+    interrupt_capability(c);
+    notify_capability(c);
+  }
+  auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+  bool reported_calls = false;
+  for (;;) {
+    kill_sweep();
+    if (live_threads() <= 1 && process.incalls.load(std::memory_order_seq_cst) == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      // Threads inside safe calls run foreign code on their own stacks: run()
+      // waits for the calls to return (each thread then meets thread_killed
+      // and unwinds).  Everyone else is abandoned.  Note [Shutdown].
+      std::string names;
+      std::uint64_t calls = safe_calls_in_progress(&names);
+      if (calls == 0) {
+        report_abandoned();
+        break;
+      }
+      if (!reported_calls) {
+        std::fprintf(stderr,
+                     "capstan: shutdown is waiting for %llu thread(s) inside safe_call to "
+                     "return:%s%s\n",
+                     static_cast<unsigned long long>(calls), names.c_str(),
+                     calls > 10 ? " ..." : "");
+        reported_calls = true;
+      }
+    }
+    rt.shutdown_events->wait();  // a thread finished, or a tick passed
+  }
+  rt.stop.store(true, std::memory_order_seq_cst);
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  for (auto& t : rt.tasks) t->parker.unpark();
+}
+
+std::uint64_t reclaim_leftovers() {
+  std::uint64_t abandoned = 0;
+  for (Capability* c : rt.caps) {
+    Thread* t = c->all_head;
+    while (t) {
+      Thread* next = t->all_next;
+      if (!t->is_main) ++abandoned;
+      if (t->blocked_on) {  // take it out of the mvar's queue for good
+        t->blocked_on->lock();
+        t->blocked_on->remove(*t->waiter);
+        t->blocked_on->unlock();
+      }
+      if (t->ops) t->ops->destroy(t->closure);
+      free_thread_resources(t);
+      t = next;
+    }
+    c->all_head = nullptr;
+  }
+  rt.depot.release_all();  // every Thread object lives in its slabs
+  return abandoned;
+}
+
+}  // namespace capstan::rts

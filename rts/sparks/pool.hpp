@@ -1,0 +1,49 @@
+// pool.hpp - spark pools and stealing by request: what the scheduler needs
+// of sparks (pick and idle poll the pool and look for sparks to run).
+// Below the scheduler: nothing here blocks or switches.  See Note [Spark
+// pools] in sparks/pool.cpp.
+#pragma once
+
+#include <cstddef>
+
+#include "capability/capability.hpp"
+#include "capstan/spark.hpp"
+#include "thread/threads.hpp"
+
+namespace capstan::rts {
+
+// Pool lifetime, per capability: capacity is rounded up to a power of two.
+void spark_pool_init(Capability* cap, std::size_t capacity);
+// Frees the pool; sparks still in it are counted GC'd (never run).
+void spark_pool_release(Capability* cap) noexcept;
+
+// find_spark returns a spark for `cap` to run - one it stole earlier, the
+// oldest of its own pool, else one asked from another capability - already
+// marked stolen, or null.  Called by an idle capability and by spark threads.
+detail::spark_base* find_spark(Capability* cap);
+
+// remove_spark takes a pending spark out of its pool; trim_pool drops the
+// holes at the pool's ends (owner only).
+void remove_spark(detail::spark_pool* p, detail::spark_base* s);
+void trim_pool(detail::spark_pool* p);
+
+// Poll point: answer a steal request on cap's pool, if any.
+inline void poll_spark_requests(Capability* cap) {
+  if (cap->sparks.request.load(std::memory_order_relaxed)) [[unlikely]]
+    detail::spark_respond(&cap->sparks);
+}
+
+// The body of a spark thread: runs its first spark, then keeps finding
+// sparks until there are none (GHC's batching).  Defined with the spark
+// thread in sparks/sparks.cpp; here because the scheduler starts spark
+// threads (a thread body is the one reference that points up the layers).
+extern const detail::closure_ops spark_thread_ops;
+
+// start_spark_thread makes a spark thread on `cap` that runs `first`.
+inline void start_spark_thread(Capability* cap, detail::spark_base* first) {
+  detail::spark_base* closure = first;
+  create_system_thread(cap, &spark_thread_ops, &closure, sizeof closure, /*bound=*/false,
+                       /*locked=*/false);
+}
+
+}  // namespace capstan::rts

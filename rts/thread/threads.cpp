@@ -1,0 +1,89 @@
+// threads.cpp - see threads.hpp.
+#include "thread/threads.hpp"
+
+#include <cstring>
+#include <new>
+
+#include "primitives/fault_injection.hpp"
+#include "primitives/sanitizer.hpp"
+#include "runtime/runtime.hpp"
+#include "task/green_thread.hpp"
+
+namespace capstan::rts {
+
+Thread* alloc_thread(std::size_t size, std::size_t align, const char* what) {
+  Task* task = require_green_thread(what);
+  Thread* t = task->cap->threads.get();
+  if (size <= Thread::kInlineClosure && align <= 16) {
+    t->closure = t->inline_closure;
+  } else {
+    t->closure_align = align < 16 ? 16 : align;
+    t->closure = ::operator new(size, std::align_val_t(t->closure_align));
+  }
+  return t;
+}
+
+std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end) {
+  if (next == end) {
+    std::uint64_t base = rt.id_blocks.fetch_add(kIdBlock, std::memory_order_relaxed);
+    next = base + 1;
+    end = base + kIdBlock + 1;
+  }
+  return next++;
+}
+
+std::uint64_t next_thread_id(Capability* cap) { return next_id_in_block(cap->next_id, cap->id_end); }
+
+void link_home(Capability* cap, Thread* t) {
+  t->home = cap;
+  t->all_prev = nullptr;
+  cap->all_lock.lock();
+  t->all_next = cap->all_head;
+  if (cap->all_head) cap->all_head->all_prev = t;
+  cap->all_head = t;
+  cap->all_lock.unlock();
+}
+
+void unlink_from_home(Thread* t) {
+  Capability* home = t->home;
+  home->all_lock.lock();
+  if (t->all_prev) t->all_prev->all_next = t->all_next; else home->all_head = t->all_next;
+  if (t->all_next) t->all_next->all_prev = t->all_prev;
+  home->all_lock.unlock();
+}
+
+Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
+                             std::size_t closure_size, bool bound, bool locked) {
+  Thread* t = cap->threads.get();
+  t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
+  std::memcpy(t->inline_closure, closure, closure_size);
+  t->ops = ops;
+  t->id = next_thread_id(cap);
+  t->bound = bound;
+  t->is_main = bound;  // the only bound system thread is run()'s main
+  t->locked = locked;
+  link_home(cap, t);
+  cap->threads_created.add();
+  t->cap = cap;
+  cap->run_queue.push_back(t);
+  return t;
+}
+
+Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
+                             const void* closure, std::size_t closure_size) {
+  if (fault_injection::should_fail(fault_injection::fail_incall_thread)) throw std::bad_alloc();
+  Thread* t = task->threads.get();
+  t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
+  std::memcpy(t->inline_closure, closure, closure_size);
+  t->ops = ops;
+  t->id = next_id_in_block(task->next_id, task->id_end);
+  t->bound = t->locked = true;
+  t->bound_task = task;
+  t->cap = home;
+  t->state = ThreadState::runnable;
+  link_home(home, t);
+  rt.incall_threads_created.add();
+  return t;
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,98 @@
+// threads.hpp - making and unmaking Thread objects (GHC's Threads.c):
+// allocation from the slabs, ids, the per-capability list of live threads,
+// and teardown.  Making a thread *runnable* and running it is the
+// scheduler's (schedule/fork.cpp, schedule/switch.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <new>
+
+#include "capability/capability.hpp"
+#include "primitives/sanitizer.hpp"
+#include "runtime/runtime.hpp"
+#include "capstan/detail/bridge.hpp"
+#include "task/task.hpp"
+#include "thread/thread.hpp"
+
+namespace capstan::rts {
+
+// alloc_thread takes a Thread object on the calling green thread's
+// capability, with closure storage of `closure_size` bytes (inline when
+// small); `what` names the public call in the error off a green thread.
+Thread* alloc_thread(std::size_t closure_size, std::size_t closure_align, const char* what);
+
+// free_thread_resources, discard_thread and recycle are inline: a thread's
+// finish recycles it on the landing side of the switch (after_switch), and
+// that path stays within one translation unit.
+
+// free_thread_resources frees what a Thread owns besides its stack and
+// object: a heap closure, its label, its TSan fiber.  The one teardown,
+// used by discard_thread (a thread that finished or never started) and by
+// the reclaiming of abandoned threads (shutdown/shutdown.cpp).
+inline void free_thread_resources(Thread* t) noexcept {
+  if (t->closure && t->closure != t->inline_closure)
+    ::operator delete(t->closure, std::align_val_t(t->closure_align));
+  t->closure = nullptr;
+  delete t->label;
+  t->label = nullptr;
+  if (t->tsan_fiber) __tsan_destroy_fiber(t->tsan_fiber);
+  t->tsan_fiber = nullptr;
+}
+
+// discard_thread tears t down and returns the object to the calling Task's
+// capability (or the shared depot off a capability).
+inline void discard_thread(Thread* t) noexcept {
+  free_thread_resources(t);
+  // Back to a pristine state for reuse, field by field: the object cannot
+  // be rebuilt whole, because a stale mvar timer may still lock wait_lock
+  // and compare timed_seq, and timed_next must never go back (Note [Timed
+  // takes] in mvar/mvar_core.cpp).
+  t->sp = nullptr;
+  t->stack_lo = nullptr;
+  t->closure_align = 0;
+  t->locked = t->bound = t->is_main = t->returning = false;
+  t->bound_task = nullptr;
+  t->saved_errno = 0;
+  t->eh = EhGlobals{};
+  t->state = ThreadState::runnable;
+  t->why = WhyBlocked::not_blocked;
+  t->blocked_on = nullptr;
+  t->waiter = nullptr;
+  t->has_eh = false;
+  Task* task = my_task();
+  if (task && task->cap) task->cap->threads.put(t);
+  else rt.depot.give_batch(t, 1);
+}
+
+// recycle returns a finished thread's stack and object to `cap`, whose
+// holder is the caller.  See Note [Finishing a thread] in schedule/fork.cpp.
+inline void recycle(Capability* cap, Thread* t) noexcept {
+  cap->stacks.put(t->stack_lo);
+  cap->stacks_freed.add();
+  discard_thread(t);
+}
+
+// Ids: unique in a run, handed out in blocks of kIdBlock.
+std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end);
+std::uint64_t next_thread_id(Capability* cap);
+
+// link_home / unlink_from_home put t on / take it off cap's list of live
+// threads (found by shutdown, label_thread).
+void link_home(Capability* cap, Thread* t);
+void unlink_from_home(Thread* t);
+
+// create_system_thread makes a thread for the runtime's own use on `cap`
+// (run()'s main, a spark thread), queued at the back of cap's run queue;
+// the caller holds cap.  The closure is copied inline (trivially copyable,
+// at most Thread::kInlineClosure bytes).
+Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
+                             std::size_t closure_size, bool bound, bool locked = true);
+
+// create_incall_thread makes a thread bound to `task`, homed on `home`,
+// for call_in (the caller need not hold a capability); not queued.
+Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
+                             const void* closure, std::size_t closure_size);
+
+}  // namespace capstan::rts
