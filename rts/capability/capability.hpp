@@ -94,7 +94,7 @@ struct alignas(64) Capability {
 // drain_inbox moves the threads sent to `cap` into its run queue, in
 // arrival order (the holder only).  A thread back from a safe call goes to
 // the front: Note [Returning from a safe call] in foreign/safe_call.cpp.
-inline void drain_inbox(Capability* cap) {
+static inline void drain_inbox(Capability* cap) {
   if (!cap->inbox.maybe_nonempty()) return;
   std::uint64_t n = 0;
   for (Thread* t = cap->inbox.take_all(); t;) {

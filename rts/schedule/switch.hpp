@@ -6,7 +6,11 @@
 // hand-off and finish, and each of those (schedule.cpp, yield.cpp,
 // block.cpp, fork.cpp, shutdown's checkpoints) must inline it, as it did
 // when they all were one translation unit.  Nothing here may become a
-// call into another translation unit on the common path.
+// call into another translation unit on the common path.  The functions
+// are `static inline`: each translation unit has its own copy with
+// internal linkage, so the calls that remain (after_switch's slow
+// branches, prepare_stack) bind locally in the shared library too, as
+// they did when these were file-local.
 #pragma once
 
 #include "asm/context.hpp"
@@ -29,7 +33,7 @@ namespace capstan::rts {
 
 // after_switch runs on the landing side of every switch.  `p` is the post
 // box of the Task that switched (the same OS thread as ours).
-inline void after_switch(PostSwitch* p) {
+static inline void after_switch(PostSwitch* p) {
   if (Thread* dead = p->dead) [[unlikely]] {
     p->dead = nullptr;
     recycle(my_task()->cap, dead);
@@ -56,7 +60,7 @@ inline void after_switch(PostSwitch* p) {
   }
 }
 
-inline void prepare_stack(Capability* cap, Thread* t) {
+static inline void prepare_stack(Capability* cap, Thread* t) {
   t->stack_lo = cap->stacks.get();
   t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);
   if (rt.sanitizers && san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
@@ -66,8 +70,8 @@ inline void prepare_stack(Capability* cap, Thread* t) {
 // switch_to leaves `from` (null: the Task's scheduler context) for `to`
 // (null: the scheduler context).  The caller has already requeued, blocked
 // or finished `from`.  Returns when someone switches back to `from`.
-[[gnu::always_inline]] inline void switch_to(Task* task, Capability* cap, Thread* from, Thread* to,
-                                             bool from_dying) {
+[[gnu::always_inline]] static inline void switch_to(Task* task, Capability* cap, Thread* from,
+                                                    Thread* to, bool from_dying) {
   int* errno_loc = task->errno_loc;
   EhGlobals* eh = task->eh;
   void** save;

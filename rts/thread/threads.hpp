@@ -68,7 +68,7 @@ inline void discard_thread(Thread* t) noexcept {
 
 // recycle returns a finished thread's stack and object to `cap`, whose
 // holder is the caller.  See Note [Finishing a thread] in schedule/fork.cpp.
-inline void recycle(Capability* cap, Thread* t) noexcept {
+static inline void recycle(Capability* cap, Thread* t) noexcept {
   cap->stacks.put(t->stack_lo);
   cap->stacks_freed.add();
   discard_thread(t);
