@@ -1,26 +1,29 @@
-// fault_injection.hpp - make the runtime's own allocations and thread starts
-// fail on demand, so tests can check that every failure is rolled back.
+// fault_injection.hpp - make the runtime's own thread starts and
+// allocations fail on demand, so tests can check that every failure is
+// rolled back.
 //
-// Each counter is the number of upcoming attempts that fail; the tests set
-// it (tests/rts/runtime/start_failure_test.cpp) and nobody else does, so
-// in a normal run every check is one relaxed load of a zero on a path that
-// is already slow (starting an OS thread, creating a Task).
+// Each knob is a countdown: -1 (the default) never fails; n >= 0 lets n
+// more attempts succeed, fails the next one, and disarms itself.  Only
+// tests set them (tests/rts/runtime/start_failure_test.cpp,
+// tests/rts/foreign/in_call_failure_test.cpp); in a normal run every check
+// is one relaxed load of -1, on a path that is already slow (starting an
+// OS thread, making an in-call's thread).
 #pragma once
 
 #include <atomic>
 
 namespace capstan::rts::fault_injection {
 
-inline std::atomic<int> fail_os_thread_start{0};  // start_os_thread throws std::system_error
-inline std::atomic<int> fail_ticker_start{0};     // Ticker::start throws std::system_error
-inline std::atomic<int> fail_incall_thread{0};    // call_in's thread creation throws std::bad_alloc
+inline std::atomic<int> fail_os_thread_start{-1};  // start_os_thread throws std::system_error
+inline std::atomic<int> fail_ticker_start{-1};     // Ticker::start throws std::system_error
+inline std::atomic<int> fail_incall_thread{-1};    // call_in's thread creation throws std::bad_alloc
 
-// should_fail consumes one failure of `counter`, if any is armed.
-inline bool should_fail(std::atomic<int>& counter) noexcept {
-  int n = counter.load(std::memory_order_relaxed);
-  while (n > 0 && !counter.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+// should_fail counts one attempt against `knob`: true if it must fail.
+inline bool should_fail(std::atomic<int>& knob) noexcept {
+  int n = knob.load(std::memory_order_relaxed);
+  while (n >= 0 && !knob.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
   }
-  return n > 0;
+  return n == 0;
 }
 
 }  // namespace capstan::rts::fault_injection
