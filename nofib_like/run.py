@@ -61,14 +61,14 @@ PROGRAMS = [
     ("heat", (512, 400), (128, 100)),      # n, steps
     ("bfs", (1_000_000, 16), (100_000, 16)),  # n, out-degree
     ("sieve", 2_000_000, 200_000),
-    # Foreign calls (issue 4).
+    # Foreign calls.
     ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
     ("safecall", (20_000_000, 2), (2_000_000, 2)),  # long enough for the OS to spread the threads
     ("overlap", 10, 3),                    # blocking 200 ms calls
     ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
     ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)
     ("boundpingpong", 200_000, 20_000),
-    # IO manager (issue 5).
+    # IO manager.
     ("delay", 100_000, 100_000),           # threads, each sleeping 1 ms
     ("http", (64, 10), (64, 2)),           # wrk connections, seconds
     ("http", (1000, 10), (1000, 2)),

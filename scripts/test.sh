@@ -36,11 +36,14 @@ build() {  # build DIR [meson options]
   }
 }
 
+extra_passed=0 extra_failed=0
+# Before building: every Note a comment refers to is defined.
+if scripts/check_notes.sh; then extra_passed=$((extra_passed + 1)); else extra_failed=$((extra_failed + 1)); status=1; fi
+
 build build
 run_suite build unit
 run_suite build stress
-extra_passed=0 extra_failed=0
-if scripts/install_check.sh build; then extra_passed=1; else extra_failed=1; status=1; fi
+if scripts/install_check.sh build; then extra_passed=$((extra_passed + 1)); else extra_failed=$((extra_failed + 1)); status=1; fi
 
 # Sanitizer builds of the concurrency tests (every stack switch is annotated).
 export ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:abort_on_error=1

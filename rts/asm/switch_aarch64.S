@@ -2,7 +2,8 @@
  *
  * Same contract as switch_x86_64_sysv.S: capstan_switch(save_sp, to_sp, arg)
  * saves x19-x29, x30, d8-d15 and FPCR (see context_frame.h), returns arg on
- * the target context (x0).  x29 must be saved (google/marl PR #37).
+ * the target context (x0).  x29 (the frame pointer) must be saved too: it is
+ * callee-saved in AAPCS64, and unwinders follow it.
  */
 #define CAPSTAN_BUILD_ASM 1
 #include "asm/context_frame.h"

@@ -3,7 +3,7 @@
 // Note [Sticky wake-up]
 // ~~~~~~~~~~~~~~~~~~~~~
 // A wake-up that arrives before the sleeper has gone to sleep must not be
-// lost (GHC's task->wakeup flag, design brief hazard 9).  The state word is
+// lost (GHC's task->wakeup flag serves the same purpose).  The state word is
 // a sticky flag: unpark() sets it to 1 and only then issues FUTEX_WAKE;
 // park() consumes it with an exchange and sleeps only while it reads 0, and
 // FUTEX_WAIT itself re-checks the word atomically against 0 before

@@ -14,7 +14,7 @@
 //    check (the saved stack pointer is compared with the stack's low end at
 //    every switch) and the count is reported in +RTS -s.
 //    Rejected: one mmap per stack (1M mappings: impossible), growing or
-//    segmented stacks (C++ frames cannot move; see the design brief 6.4).
+//    segmented stacks (C++ frames cannot move: pointers into them are everywhere).
 //  * Free stacks are pooled per capability (LIFO, so the hottest stack is
 //    reused and its pages are already resident).  Beyond the watermark
 //    (+RTS -kw) the pool returns batches to the arena with MADV_DONTNEED,

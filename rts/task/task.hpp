@@ -19,7 +19,7 @@
 // Note [TLS across a switch]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A green thread may continue on a different OS thread after any switch
-// (design brief hazard 4).  A compiler may compute a thread-local's address
+// (Note [Direct switching] in schedule/schedule.cpp).  A compiler may compute a thread-local's address
 // once per function and keep it in a callee-saved register, which our switch
 // faithfully preserves - pointing at the previous OS thread's TLS.  So the
 // runtime reads its TLS only through my_task(), which is noinline (and

@@ -30,7 +30,7 @@ enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_spark, on_shutdo
 
 // The C++ runtime's per-thread exception bookkeeping (libstdc++/libc++abi
 // __cxa_eh_globals): swapped at every switch so a switch inside a catch
-// block cannot corrupt another thread's (design brief hazard 5).
+// block cannot corrupt another thread's.
 struct EhGlobals {
   void* caught = nullptr;
   unsigned int uncaught = 0;

@@ -1,6 +1,6 @@
 // mvar_stress.cpp - MVars hammered across capabilities with random yields
 // and timeslices from 0 (switch at every safe point) to 20 ms: no value is
-// lost or duplicated and nothing hangs (design brief hazards 1 and 2).
+// lost or duplicated and nothing hangs (Note [Blocking on an MVar]).
 #include <atomic>
 #include <vector>
 

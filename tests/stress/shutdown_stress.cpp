@@ -1,6 +1,6 @@
 // shutdown_stress.cpp - start and stop the runtime over and over with
 // threads in every state, racing shutdown against puts, takes and mvar
-// destruction (design brief hazards 9 and 13).
+// destruction (Note [Sticky wake-up], Note [Shutdown]).
 #include <atomic>
 #include <memory>
 #include <vector>

@@ -54,8 +54,8 @@ TEST_P(Threads, ForkOnRunsOnTheNamedCapabilityAndStaysThere) {
 }
 
 // glibc declares __errno_location() const, so a compiler may keep errno's
-// *address* across a call that resumes us on another OS thread (design brief
-// hazard 4; docs/api.md).  The runtime carries each thread's errno *value*;
+// *address* across a call that resumes us on another OS thread (Note [TLS
+// across a switch] in rts/task/task.hpp; docs/api.md).  The runtime carries each thread's errno *value*;
 // code reads it afresh, as here through non-inlined accessors.
 __attribute__((noinline)) void set_errno(int v) { errno = v; }
 __attribute__((noinline)) int get_errno() { return errno; }
@@ -101,7 +101,7 @@ TEST_P(Threads, RoundingModeIsPerThreadAcrossSwitchesAndMigration) {
 }
 
 // Switching inside a catch block while other threads throw and catch must
-// not corrupt the caught-exception stack (design brief hazard 5).
+// not corrupt the caught-exception stack (EhGlobals in rts/thread/thread.hpp).
 TEST_P(Threads, ExceptionStateSurvivesASwitchInsideACatchBlock) {
   run([&] {
     capstan::mvar<bool> done;
