@@ -67,7 +67,7 @@ struct alignas(64) Capability {
   std::atomic<Task*> running_task{nullptr};    // [holder writes; anyone reads to unpark it]
   std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
 
-  // Sparks: see Note [Spark pools] in sparks/sparks.cpp.
+  // Sparks: see Note [Spark pools] in sparks/pool.cpp.
   alignas(64) detail::spark_pool sparks;       // [owner] (+ request: [atomic])
   std::atomic<detail::spark_base*> steal_box{nullptr};  // [atomic] a victim's answer to our request
   std::atomic<bool> spark_wake{false};         // [atomic] woken to look for sparks

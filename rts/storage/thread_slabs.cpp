@@ -1,4 +1,4 @@
-// thread_pool.cpp - see thread_pool.hpp.
+// thread_slabs.cpp - see thread_slabs.hpp.
 #include "storage/thread_slabs.hpp"
 
 namespace capstan::rts {

@@ -1,4 +1,4 @@
-// thread_pool.hpp - where Thread objects come from and go back to.
+// thread_slabs.hpp - where Thread objects come from and go back to: slabs.
 //
 // Threads are carved from slabs of kSlab and recycled, never freed one by
 // one: a fork/finish cycle costs two pointer swaps, not a malloc and a free

@@ -9,7 +9,7 @@
 //   foreign  - an OS thread that entered through call_in (or a Task nested
 //              inside its own safe call), for one bound in-call thread.
 // Every kind runs green threads while it holds a capability - a bound
-// Task runs unbound threads too (Note [Bound threads] in scheduler.cpp).
+// Task runs unbound threads too (Note [Bound threads] in schedule/schedule.cpp).
 // A Task has its own native "scheduler context": the stack it entered
 // schedule() on.  Green threads switch among themselves directly and fall
 // back to the scheduler context only when their capability has nothing else

@@ -1,4 +1,4 @@
-// scheduler_test.cpp - the requeue rules of Note [Requeue front or back],
+// schedule_test.cpp - the requeue rules of Note [Requeue front or back],
 // cross-capability wake-ups and Note [Pushing work].
 #include <atomic>
 #include <mutex>
