@@ -4,7 +4,6 @@
 #include <chrono>
 #include <optional>
 #include <type_traits>
-#include <stdexcept>
 #include <utility>
 
 #include "capstan/detail/bridge.hpp"
@@ -12,13 +11,6 @@
 #include "capstan/errors.hpp"
 
 namespace capstan {
-
-// blocked_indefinitely is thrown in threads blocked on an mvar that is
-// destroyed: nobody can ever serve them (GHC's BlockedIndefinitelyOnMVar).
-class blocked_indefinitely : public std::runtime_error {
- public:
-  blocked_indefinitely() : std::runtime_error("thread blocked indefinitely in an mvar operation") {}
-};
 
 // mvar<T> holds at most one T.  Blocking operations park the green thread,
 // never the OS thread.  Wake-ups are FIFO and single: one put serves readers
