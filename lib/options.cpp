@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -57,6 +58,8 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
   if (f[0] != '-' || f[1] == '\0') {
     bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
   }
+  if (flag == "-?" || flag == "--help")
+    bad(flag, where, "asks for the flag summary; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
   const char* arg = f + 2;
   if (flag.rfind("--spare-tasks", 0) == 0) {
     unsigned long n = 0;
@@ -177,6 +180,16 @@ options options::parse(int& argc, char** argv) {
   argc = static_cast<int>(keep.size());
   argv[argc] = nullptr;
   return o;
+}
+
+options options::parse_or_exit(int& argc, char** argv) {
+  try {
+    return parse(argc, argv);
+  } catch (const options_error& e) {
+    fmt::print(stderr, "{}\n{}", e.what(), usage());
+    std::fflush(stderr);
+    std::exit(1);
+  }
 }
 
 }  // namespace capstan

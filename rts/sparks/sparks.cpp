@@ -61,8 +61,13 @@
 #include "capstan/errors.hpp"
 
 namespace capstan::detail {
-constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local spark_pool* tl_spark_pool = nullptr;
 std::atomic<unsigned> g_spark_sleepers{0};
+
+__attribute__((noinline)) spark_pool* current_spark_pool() noexcept {
+  asm volatile("" ::: "memory");  // as my_task(): never treated as pure
+  return tl_spark_pool;
+}
 }
 
 namespace capstan::rts {

@@ -101,7 +101,7 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
 Task* my_task() noexcept;
 void set_my_task(Task* t) noexcept;
 
-extern constinit thread_local Task* tl_task_slot __attribute__((tls_model("initial-exec")));
+extern constinit thread_local Task* tl_task_slot;
 
 // my_task_before_switch is the inlined read of the same slot, for hot paths
 // that use the result only *before* their first switch (a compiler may

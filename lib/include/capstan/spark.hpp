@@ -15,12 +15,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <functional>
 #include <new>
-#include <optional>
 #include <type_traits>
 #include <utility>
+
+#include "capstan/detail/outcome.hpp"
 
 namespace capstan {
 
@@ -58,10 +57,12 @@ inline void bump(std::atomic<std::uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// The pool of the capability the calling OS thread runs, or null.  Read
-// only on paths that do not switch before using it (see Note [TLS across a
-// switch] in rts/task/task.hpp).
-extern constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec")));
+// current_spark_pool returns the pool of the capability the calling OS
+// thread runs, or null.  Out of line on purpose, and no thread-local is
+// named in this header: see Note [TLS across a switch] in rts/task/task.hpp.
+// par() and get() call it once each and use the result before they can
+// switch.
+spark_pool* current_spark_pool() noexcept;
 
 struct spark_base {
   // pending: in a pool; taken: being run by its maker, inline; stolen: a
@@ -99,7 +100,6 @@ void spark_wake_sleeper() noexcept;
 template <class R>
 class spark : detail::spark_base {
   static constexpr std::size_t kInline = 48;
-  using value_type = std::conditional_t<std::is_void_v<R>, bool, R>;
 
  public:
   spark(const spark&) = delete;
@@ -109,7 +109,7 @@ class spark : detail::spark_base {
   // taken it, or waiting (parked, not spinning) for the one running it.
   // Exactly one evaluation ever happens; f's exception is rethrown.
   R get() {
-    detail::spark_pool* p = detail::tl_spark_pool;
+    detail::spark_pool* p = detail::current_spark_pool();
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
         index + 1 == p->top.load(std::memory_order_relaxed)) [[likely]] {
       // Our own spark on top of our own pool: pop it and run it (fizzled).
@@ -122,8 +122,7 @@ class spark : detail::spark_base {
       detail::spark_force_slow(this);
     }
     if (cancelled) [[unlikely]] detail::spark_cancelled();
-    if (error_) [[unlikely]] std::rethrow_exception(error_);
-    if constexpr (!std::is_void_v<R>) return std::move(*result_);
+    return out_.get();
   }
 
   ~spark() {
@@ -151,22 +150,13 @@ class spark : detail::spark_base {
       destroy_ = [](void* c) noexcept { static_cast<Fn*>(c)->~Fn(); };
     run = [](spark_base* b) noexcept {
       auto* self = static_cast<spark*>(b);
-      try {
-        if constexpr (std::is_void_v<R>) {
-          (*static_cast<Fn*>(self->closure_))();
-          self->result_.emplace(true);
-        } else {
-          self->result_.emplace((*static_cast<Fn*>(self->closure_))());
-        }
-      } catch (...) {
-        self->error_ = std::current_exception();
-      }
+      self->out_.capture(*static_cast<Fn*>(self->closure_));
     };
     push();
   }
 
   void push() {
-    detail::spark_pool* p = detail::tl_spark_pool;
+    detail::spark_pool* p = detail::current_spark_pool();
     if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
     std::uint64_t t = p->top.load(std::memory_order_relaxed);
     if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
@@ -191,8 +181,7 @@ class spark : detail::spark_base {
   void* closure_ = nullptr;
   void (*destroy_)(void*) noexcept = nullptr;
   bool heap_ = false;
-  std::exception_ptr error_;
-  std::optional<value_type> result_;
+  detail::outcome<R> out_;
   alignas(std::max_align_t) unsigned char buf_[kInline];
 };
 
