@@ -137,7 +137,8 @@ const char* options::usage() {
          "  -s         print runtime statistics to stderr at exit\n"
          "  -e<n>      sparks per capability pool (default 4096)\n"
          "  -kw<n>     idle stacks kept warm per capability (default 256)\n"
-         "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n";
+         "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n"
+         "  -?         print this summary (also --help)\n";
 }
 
 namespace {
