@@ -7,14 +7,6 @@
 #include "../capability/capability.hpp"
 #include "capstan/spark.hpp"
 
-namespace capstan::detail {
-// The pool of the capability the calling OS thread runs, or null; kept by
-// take_capability / drop_capability.  Read by the runtime only through
-// current_spark_pool() or on paths that do not switch before using it (Note
-// [TLS across a switch] in task/task.hpp).
-extern constinit thread_local spark_pool* tl_spark_pool;
-}  // namespace capstan::detail
-
 namespace capstan::rts {
 
 struct Task;

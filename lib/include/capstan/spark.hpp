@@ -57,12 +57,28 @@ inline void bump(std::atomic<std::uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// current_spark_pool returns the pool of the capability the calling OS
-// thread runs, or null.  Out of line on purpose, and no thread-local is
-// named in this header: see Note [TLS across a switch] in rts/task/task.hpp.
-// par() and get() call it once each and use the result before they can
-// switch.
+// The pool of the capability the calling OS thread runs, or null (default
+// TLS model: libcapstan.so has no static TLS and can be dlopen()ed).
+extern constinit thread_local spark_pool* tl_spark_pool;
+
+// current_spark_pool returns tl_spark_pool.  Out of line on purpose: see
+// Note [TLS across a switch] in rts/task/task.hpp.
 spark_pool* current_spark_pool() noexcept;
+
+// spark_pool_here is what par() and get() use, once each, before they can
+// switch.  In an executable on x86-64 the inline read is safe: it is one
+// %fs-relative load whose thread pointer the CPU takes from %fs at every
+// access, so no thread pointer from before a switch can be reused.
+// Elsewhere (AArch64, where the compiler may keep tpidr_el0 in a register
+// across a call; shared objects, where __tls_get_addr's result may be
+// reused) it is the out-of-line call.  Note [TLS across a switch].
+inline spark_pool* spark_pool_here() noexcept {
+#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+  return tl_spark_pool;
+#else
+  return current_spark_pool();
+#endif
+}
 
 struct spark_base {
   // pending: in a pool; taken: being run by its maker, inline; stolen: a
@@ -109,7 +125,7 @@ class spark : detail::spark_base {
   // taken it, or waiting (parked, not spinning) for the one running it.
   // Exactly one evaluation ever happens; f's exception is rethrown.
   R get() {
-    detail::spark_pool* p = detail::current_spark_pool();
+    detail::spark_pool* p = detail::spark_pool_here();
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
         index + 1 == p->top.load(std::memory_order_relaxed)) [[likely]] {
       // Our own spark on top of our own pool: pop it and run it (fizzled).
@@ -156,7 +172,7 @@ class spark : detail::spark_base {
   }
 
   void push() {
-    detail::spark_pool* p = detail::current_spark_pool();
+    detail::spark_pool* p = detail::spark_pool_here();
     if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
     std::uint64_t t = p->top.load(std::memory_order_relaxed);
     if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
