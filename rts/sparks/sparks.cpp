@@ -58,6 +58,7 @@
 #include "../clock.hpp"
 #include "../runtime.hpp"
 #include "../scheduler.hpp"
+#include "../spinlock.hpp"
 #include "capstan/errors.hpp"
 
 namespace capstan::detail {
@@ -123,9 +124,19 @@ void remove(spark_pool* p, spark_base* s) {
   trim(p);
 }
 
-void lock_spark(spark_base* s) {
-  while (s->lock.exchange(true, std::memory_order_acquire)) cpu_relax();
-}
+// Note [The spark lock]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A spark's lock is held for a few instructions (complete()), or by a
+// maker from wait_stolen() until it is off its stack - released by the
+// context that lands after its switch, on the same OS thread, before
+// anything else runs there.  No green thread is ever switched out *while*
+// the lock is held and then left waiting in a run queue (there is no safe
+// point in between), so a waiter never waits for a green thread to be
+// scheduled.  It may wait for an OS thread the kernel preempted, though: so
+// it spins briefly (the common case, a few instructions) and then gives the
+// OS thread up with sched_yield() between attempts instead of burning its
+// timeslice against a descheduled holder (spin_lock in spinlock.hpp).
+void lock_spark(spark_base* s) { spin_lock(s->lock); }
 
 // Note [Completing a stolen spark]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -299,6 +310,22 @@ void start_spark_thread(Capability* cap, spark_base* first) {
 // if it finds more sparks than it can run, its own par() calls and the next
 // pushes wake the next sleeper.  Parker::unpark is sticky, so a sleeper that
 // has not reached its futex yet still wakes.
+//
+// The wake-up can be missed, on purpose.  par() reads g_spark_sleepers
+// with a relaxed load right after its plain (relaxed) store of `top`; a
+// capability going to sleep increments the count (seq_cst) and then
+// re-checks only its *own* pool.  With no store-load fence on the par()
+// side - one would cost as much as the rest of a fine-grained spark, see
+// Note [Spark pools] - par() may read a count from before the increment
+// while the sleeper cannot see the new spark: nobody is woken.  Two things
+// make this harmless:
+//  * progress never depends on it: the maker's get() runs an untaken spark
+//    itself, so a missed wake-up costs parallelism, never a hang;
+//  * the ticker (rts/ticker.cpp) sweeps every tick: while any capability
+//    sleeps and some pool is non-empty it calls spark_wake_one, so a missed
+//    wake-up is repaired within one tick (10 ms).  The ticker runs while
+//    any capability is busy (Note [Stopping the ticker]), and a pool is
+//    non-empty only while its owner is busy.
 void spark_wake_one() noexcept {
   for (Capability* c : rt.caps) {
     if (c->hold.load(std::memory_order_relaxed) != Hold::sleeping) continue;
