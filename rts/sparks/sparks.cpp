@@ -88,7 +88,6 @@ spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
 // once if work arrives in its inbox.
 constexpr std::int64_t kStealWaitNs = 2'000'000;
 
-Capability* cap_of(spark_pool* p) { return static_cast<Capability*>(p->cap); }
 
 // take_oldest removes the oldest live spark of p (owner only), marked stolen.
 spark_base* take_oldest(spark_pool* p) {
@@ -153,13 +152,13 @@ void lock_spark(spark_base* s) { spin_lock(s->lock); }
 //           its stack: no early wake-up), release it, wake the maker.
 // The exchange and the CAS are ordered on the same word, so exactly one of
 // "the thief sees a waiter" and "the maker sees done" happens.
-constexpr unsigned kStolenWaiting = 5;
+constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
 // complete publishes a stolen spark's result and wakes its maker if it waits.
 void complete(spark_base* s) {
   unsigned prev = s->state.exchange(spark_base::done, std::memory_order_acq_rel);
   if (prev != kStolenWaiting) return;  // the spark may be gone already
-  auto* waiter = static_cast<Thread*>(s->waiter);
+  Thread* waiter = s->waiter;
   lock_spark(s);  // free once the maker has parked
   s->lock.store(false, std::memory_order_release);
   wake_home(waiter);  // back where its other sparks are
@@ -198,7 +197,7 @@ void cancel(Capability* cap, spark_base* s) {
 // ask sends a steal request to victim v and waits for the answer.
 spark_base* ask(Capability* me, Capability* v) {
   me->steal_box.store(nullptr, std::memory_order_relaxed);
-  void* expected = nullptr;
+  Capability* expected = nullptr;
   if (!v->sparks.request.compare_exchange_strong(expected, me, std::memory_order_acq_rel,
                                                  std::memory_order_relaxed))
     return nullptr;  // someone else is asking v
@@ -364,9 +363,8 @@ void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
 void spark_wake_sleeper() noexcept { spark_wake_one(); }
 
 void spark_respond(spark_pool* p) {
-  void* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
-  if (!r) return;  // withdrawn
-  auto* thief = static_cast<Capability*>(r);
+  Capability* thief = p->request.exchange(nullptr, std::memory_order_acq_rel);
+  if (!thief) return;  // withdrawn
   // Answer with the oldest spark, plus up to a quarter of the rest (at most
   // kStealBatch in all): one round trip per spark would leave a thief idle
   // while we run a long spark between two poll points.
@@ -402,8 +400,8 @@ void spark_force_slow(spark_base* s) {
       return;
     }
     // pending: only the pool's owner may take it out.
-    if (cap_of(s->pool) != task->cap) {
-      migrate_current_to(cap_of(s->pool));  // Note [Migrating to a spark's capability]
+    if (s->pool->cap != task->cap) {
+      migrate_current_to(s->pool->cap);  // Note [Migrating to a spark's capability]
       continue;
     }
     poll_spark_requests(task->cap);  // a poll point: a thief may want the rest
@@ -427,8 +425,8 @@ void spark_discard_slow(spark_base* s) noexcept {
     }
     Task* task = my_task();
     if (!task || !task->cap) return;  // runtime gone: the pool went with it
-    if (cap_of(s->pool) != task->cap) {
-      migrate_current_to(cap_of(s->pool));
+    if (s->pool->cap != task->cap) {
+      migrate_current_to(s->pool->cap);
       continue;
     }
     remove(s->pool, s);

@@ -19,9 +19,9 @@ namespace capstan {
 namespace detail {
 // Opaque state of one safe call, between enter and leave.
 struct safe_call_frame {
-  void* task = nullptr;
-  void* thread = nullptr;
-  void* cap = nullptr;
+  rts::Task* task = nullptr;
+  rts::Thread* thread = nullptr;
+  rts::Capability* cap = nullptr;
 };
 void safe_call_enter(safe_call_frame& f);
 // safe_call_leave gets the capability back; `f_threw` says whether f threw

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "capstan/detail/bridge.hpp"
 #include "capstan/detail/outcome.hpp"
 
 namespace capstan {
@@ -43,8 +44,8 @@ struct spark_pool {
   std::atomic<std::uint64_t> bottom{0};  // oldest index (the end idle capabilities get)
   std::uint64_t mask = 0;                // capacity - 1
   spark_base** slots = nullptr;          // null entries are removed sparks
-  std::atomic<void*> request{nullptr};   // a thief's steal request (its Capability)
-  void* cap = nullptr;                   // the owning rts::Capability
+  std::atomic<rts::Capability*> request{nullptr};  // a thief's steal request
+  rts::Capability* cap = nullptr;                 // the owner
   // Owner-written counters (relaxed stores), read by statistics.
   std::atomic<std::uint64_t> created{0}, overflowed{0}, fizzled{0}, gcd{0};
 
@@ -83,15 +84,17 @@ inline spark_pool* spark_pool_here() noexcept {
 struct spark_base {
   // pending: in a pool; taken: being run by its maker, inline; stolen: a
   // spark thread runs (or will run) it; done: evaluated; unpooled: the pool
-  // was full (overflowed), get() runs it inline.
-  enum state_t : unsigned { pending, taken, stolen, done, unpooled };
+  // was full (overflowed), get() runs it inline; stolen_waiting: stolen, and
+  // its maker waits for it (set by the runtime, Note [Completing a stolen
+  // spark] in rts/sparks/sparks.cpp).
+  enum state_t : unsigned { pending, taken, stolen, done, unpooled, stolen_waiting };
 
   void (*run)(spark_base*) noexcept = nullptr;  // evaluates into the result
   std::atomic<unsigned> state{pending};
   std::atomic<bool> lock{false};   // guards waiter once stolen (rts)
   std::uint64_t index;             // position in pool->slots (owner-only; set by push)
   spark_pool* pool;                // where it was pushed, null if unpooled (set by push)
-  void* waiter;                    // the maker parked on a stolen spark (set before use)
+  rts::Thread* waiter;             // the maker parked on a stolen spark (set before use)
   bool cancelled = false;          // stolen but never run: shutdown came first
 };
 
