@@ -20,16 +20,20 @@ inline void cpu_relax() {
 #endif
 }
 
-class SpinLock {
- public:
-  void lock() noexcept {
-    // acquire: the critical section's reads see the previous holder's writes.
-    while (locked_.exchange(true, std::memory_order_acquire)) {
-      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < 128) cpu_relax(); else sched_yield();
-      }
+// spin_lock takes a lock word: test-and-test-and-set, yielding the OS
+// thread after a short spin.  acquire: the critical section's reads see the
+// previous holder's writes (the holder unlocks with a release store).
+inline void spin_lock(std::atomic<bool>& locked) noexcept {
+  while (locked.exchange(true, std::memory_order_acquire)) {
+    for (int spins = 0; locked.load(std::memory_order_relaxed); ++spins) {
+      if (spins < 128) cpu_relax(); else sched_yield();
     }
   }
+}
+
+class SpinLock {
+ public:
+  void lock() noexcept { spin_lock(locked_); }
   bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
   // release: publishes the critical section's writes to the next holder.
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }

@@ -33,7 +33,7 @@
 #include "../task/handover.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
-#include "capstan/spark.hpp"
+#include "../sparks/sparks.hpp"
 
 namespace capstan::detail {
 

@@ -58,11 +58,17 @@
 #include "../clock.hpp"
 #include "../runtime.hpp"
 #include "../scheduler.hpp"
+#include "../spinlock.hpp"
 #include "capstan/errors.hpp"
 
 namespace capstan::detail {
-constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local spark_pool* tl_spark_pool = nullptr;
 std::atomic<unsigned> g_spark_sleepers{0};
+
+__attribute__((noinline)) spark_pool* current_spark_pool() noexcept {
+  asm volatile("" ::: "memory");  // as my_task(): never treated as pure
+  return tl_spark_pool;
+}
 }
 
 namespace capstan::rts {
@@ -82,7 +88,6 @@ spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
 // once if work arrives in its inbox.
 constexpr std::int64_t kStealWaitNs = 2'000'000;
 
-Capability* cap_of(spark_pool* p) { return static_cast<Capability*>(p->cap); }
 
 // take_oldest removes the oldest live spark of p (owner only), marked stolen.
 spark_base* take_oldest(spark_pool* p) {
@@ -118,9 +123,19 @@ void remove(spark_pool* p, spark_base* s) {
   trim(p);
 }
 
-void lock_spark(spark_base* s) {
-  while (s->lock.exchange(true, std::memory_order_acquire)) cpu_relax();
-}
+// Note [The spark lock]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A spark's lock is held for a few instructions (complete()), or by a
+// maker from wait_stolen() until it is off its stack - released by the
+// context that lands after its switch, on the same OS thread, before
+// anything else runs there.  No green thread is ever switched out *while*
+// the lock is held and then left waiting in a run queue (there is no safe
+// point in between), so a waiter never waits for a green thread to be
+// scheduled.  It may wait for an OS thread the kernel preempted, though: so
+// it spins briefly (the common case, a few instructions) and then gives the
+// OS thread up with sched_yield() between attempts instead of burning its
+// timeslice against a descheduled holder (spin_lock in spinlock.hpp).
+void lock_spark(spark_base* s) { spin_lock(s->lock); }
 
 // Note [Completing a stolen spark]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -137,13 +152,13 @@ void lock_spark(spark_base* s) {
 //           its stack: no early wake-up), release it, wake the maker.
 // The exchange and the CAS are ordered on the same word, so exactly one of
 // "the thief sees a waiter" and "the maker sees done" happens.
-constexpr unsigned kStolenWaiting = 5;
+constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
 // complete publishes a stolen spark's result and wakes its maker if it waits.
 void complete(spark_base* s) {
   unsigned prev = s->state.exchange(spark_base::done, std::memory_order_acq_rel);
   if (prev != kStolenWaiting) return;  // the spark may be gone already
-  auto* waiter = static_cast<Thread*>(s->waiter);
+  Thread* waiter = s->waiter;
   lock_spark(s);  // free once the maker has parked
   s->lock.store(false, std::memory_order_release);
   wake_home(waiter);  // back where its other sparks are
@@ -182,7 +197,7 @@ void cancel(Capability* cap, spark_base* s) {
 // ask sends a steal request to victim v and waits for the answer.
 spark_base* ask(Capability* me, Capability* v) {
   me->steal_box.store(nullptr, std::memory_order_relaxed);
-  void* expected = nullptr;
+  Capability* expected = nullptr;
   if (!v->sparks.request.compare_exchange_strong(expected, me, std::memory_order_acq_rel,
                                                  std::memory_order_relaxed))
     return nullptr;  // someone else is asking v
@@ -294,6 +309,22 @@ void start_spark_thread(Capability* cap, spark_base* first) {
 // if it finds more sparks than it can run, its own par() calls and the next
 // pushes wake the next sleeper.  Parker::unpark is sticky, so a sleeper that
 // has not reached its futex yet still wakes.
+//
+// The wake-up can be missed, on purpose.  par() reads g_spark_sleepers
+// with a relaxed load right after its plain (relaxed) store of `top`; a
+// capability going to sleep increments the count (seq_cst) and then
+// re-checks only its *own* pool.  With no store-load fence on the par()
+// side - one would cost as much as the rest of a fine-grained spark, see
+// Note [Spark pools] - par() may read a count from before the increment
+// while the sleeper cannot see the new spark: nobody is woken.  Two things
+// make this harmless:
+//  * progress never depends on it: the maker's get() runs an untaken spark
+//    itself, so a missed wake-up costs parallelism, never a hang;
+//  * the ticker (rts/ticker.cpp) sweeps every tick: while any capability
+//    sleeps and some pool is non-empty it calls spark_wake_one, so a missed
+//    wake-up is repaired within one tick (10 ms).  The ticker runs while
+//    any capability is busy (Note [Stopping the ticker]), and a pool is
+//    non-empty only while its owner is busy.
 void spark_wake_one() noexcept {
   for (Capability* c : rt.caps) {
     if (c->hold.load(std::memory_order_relaxed) != Hold::sleeping) continue;
@@ -332,9 +363,8 @@ void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
 void spark_wake_sleeper() noexcept { spark_wake_one(); }
 
 void spark_respond(spark_pool* p) {
-  void* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
-  if (!r) return;  // withdrawn
-  auto* thief = static_cast<Capability*>(r);
+  Capability* thief = p->request.exchange(nullptr, std::memory_order_acq_rel);
+  if (!thief) return;  // withdrawn
   // Answer with the oldest spark, plus up to a quarter of the rest (at most
   // kStealBatch in all): one round trip per spark would leave a thief idle
   // while we run a long spark between two poll points.
@@ -370,8 +400,8 @@ void spark_force_slow(spark_base* s) {
       return;
     }
     // pending: only the pool's owner may take it out.
-    if (cap_of(s->pool) != task->cap) {
-      migrate_current_to(cap_of(s->pool));  // Note [Migrating to a spark's capability]
+    if (s->pool->cap != task->cap) {
+      migrate_current_to(s->pool->cap);  // Note [Migrating to a spark's capability]
       continue;
     }
     poll_spark_requests(task->cap);  // a poll point: a thief may want the rest
@@ -395,8 +425,8 @@ void spark_discard_slow(spark_base* s) noexcept {
     }
     Task* task = my_task();
     if (!task || !task->cap) return;  // runtime gone: the pool went with it
-    if (cap_of(s->pool) != task->cap) {
-      migrate_current_to(cap_of(s->pool));
+    if (s->pool->cap != task->cap) {
+      migrate_current_to(s->pool->cap);
       continue;
     }
     remove(s->pool, s);

@@ -50,7 +50,7 @@
 #include "../runtime.hpp"
 #include "../scheduler.hpp"
 #include "overflow_handler.hpp"
-#include "capstan/spark.hpp"
+#include "../sparks/sparks.hpp"
 
 namespace capstan::rts {
 
