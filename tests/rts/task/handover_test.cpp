@@ -39,7 +39,10 @@ void release_waiters(std::initializer_list<Task*> tasks) {
 
 class HandOver : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_FALSE(rt.running.load()) << "these tests drive the units without a runtime"; }
+  void SetUp() override {
+    ASSERT_FALSE(rt.running.load()) << "these tests drive the units without a runtime";
+    rt.stop.store(false);  // a finished run leaves it set
+  }
   void TearDown() override { rt.stop.store(false); }
 };
 
