@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <sys/syscall.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -42,6 +43,29 @@ struct Rng {
   explicit Rng(std::uint64_t seed) : g(seed) {}
   unsigned below(unsigned n) { return static_cast<unsigned>(g() % n); }
   std::mt19937_64 g;
+};
+
+// SpinBarrier releases n spinning threads within a cache-line transfer of
+// each other (std::barrier may wake them microseconds apart), so that a
+// random spin after it scans the racing steps across each other.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(unsigned n) : n_(n) {}
+  void arrive_and_wait() {
+    unsigned gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.store(gen + 1, std::memory_order_release);
+      return;
+    }
+    for (unsigned i = 0; gen_.load(std::memory_order_acquire) == gen; ++i)
+      if ((i & 1023) == 1023) std::this_thread::yield();  // the other may be descheduled
+  }
+
+ private:
+  const unsigned n_;
+  std::atomic<unsigned> count_{0};
+  std::atomic<unsigned> gen_{0};
 };
 
 // thread_sleeps_on tells whether some thread of this process is blocked in

@@ -171,7 +171,7 @@ TEST_F(HandOver, NoLostWakeUpWhenAGiveRacesWithTheReceiverStartingToWait) {
       gives.fetch_add(1);  // before the give: a receipt must see it
       capstan::rts::give(&receiver, &cap, &first);
       // Wait for the receipt before the next round (no round overlaps).
-      while (receipts.load() != r + 1 && !rt.stop.load()) std::this_thread::yield();
+      while (receipts.load() < r + 1 && !rt.stop.load()) std::this_thread::yield();
     }
   });
   std::thread stale([&] {
@@ -336,7 +336,7 @@ TEST_F(HandOver, NotifyingASleepingCapabilityWakesItsTask) {
 // interleaving, the work is not stranded on a free capability, and exactly
 // one party claims it: the last-filed spare gets it, the other spare not.
 TEST_F(HandOver, ReleaseRacingWithASenderNeverStrandsWorkAndClaimsOnce) {
-  const int rounds = 20000 / kScale;
+  const int rounds = 40000 / kScale;
   struct Round {
     Capability cap;
     Task holder, spare_a, spare_b;
@@ -350,13 +350,13 @@ TEST_F(HandOver, ReleaseRacingWithASenderNeverStrandsWorkAndClaimsOnce) {
     ASSERT_TRUE(capstan::rts::become_spare(&x->spare_b));  // popped first
     rs.push_back(std::move(x));
   }
-  std::barrier sync(2);
+  capstan_test::SpinBarrier sync(2);
   std::thread releaser([&] {
     Rng rng(21);
     for (auto& x : rs) {
       capstan::rts::take_capability(&x->holder, &x->cap);
       sync.arrive_and_wait();
-      spin(rng.below(300));
+      spin(rng.below(64));
       capstan::rts::release_capability(&x->holder);
     }
   });
@@ -364,7 +364,7 @@ TEST_F(HandOver, ReleaseRacingWithASenderNeverStrandsWorkAndClaimsOnce) {
     Rng rng(22);
     for (auto& x : rs) {
       sync.arrive_and_wait();
-      spin(rng.below(300));
+      spin(rng.below(64));
       x->cap.inbox.push(&x->work);
       capstan::rts::notify_capability(&x->cap);
     }
@@ -373,10 +373,10 @@ TEST_F(HandOver, ReleaseRacingWithASenderNeverStrandsWorkAndClaimsOnce) {
   sender.join();
   int stranded = 0, double_claims = 0;
   for (auto& x : rs) {
-    if (!x->spare_b.handed.load()) ++stranded;
+    if (!x->spare_b.handed.load() || x->cap.hold.load() == Hold::free ||
+        x->cap.running_task.load() != &x->spare_b)
+      ++stranded;
     if (x->spare_a.handed.load()) ++double_claims;
-    ASSERT_NE(x->cap.hold.load(), Hold::free);
-    ASSERT_EQ(x->cap.running_task.load(), &x->spare_b);
   }
   EXPECT_EQ(stranded, 0) << "work reached a free capability and nobody claimed it";
   EXPECT_EQ(double_claims, 0) << "both the releaser and the sender passed the capability on";
