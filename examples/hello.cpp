@@ -7,8 +7,9 @@
 #include <fmt/format.h>
 
 int main(int argc, char** argv) {
-  capstan::options opts = capstan::options::parse(argc, argv);  // eats +RTS ... -RTS
-  long total = capstan::run(opts, [] {
+  // Eats +RTS ... -RTS; a bad flag prints the error and the flag summary
+  // and exits 1.
+  long total = capstan::run(argc, argv, [] {
     constexpr int kWorkers = 1000;
     capstan::mvar<long> results;
     for (int i = 0; i < kWorkers; ++i) {

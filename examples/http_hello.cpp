@@ -90,13 +90,9 @@ void serve(capstan::net::connection c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  capstan::options opts;
-  try {
-    opts = capstan::options::parse(argc, argv);  // eats +RTS ... -RTS
-  } catch (const capstan::options_error& e) {
-    std::fprintf(stderr, "http_hello: %s\n", e.what());
-    return 2;
-  }
+  // Eats +RTS ... -RTS; a bad flag prints the error and the flag summary
+  // and exits 1.
+  capstan::options opts = capstan::options::parse_or_exit(argc, argv);
   char* end = nullptr;
   long port = argc > 1 ? std::strtol(argv[1], &end, 10) : -1;
   if (argc != 2 || *end != '\0' || port < 0 || port > 65535) {

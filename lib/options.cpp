@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -57,6 +58,8 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
   if (f[0] != '-' || f[1] == '\0') {
     bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
   }
+  if (flag == "-?" || flag == "--help")
+    bad(flag, where, "asks for the flag summary; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
   const char* arg = f + 2;
   if (flag.rfind("--spare-tasks", 0) == 0) {
     unsigned long n = 0;
@@ -134,7 +137,8 @@ const char* options::usage() {
          "  -s         print runtime statistics to stderr at exit\n"
          "  -e<n>      sparks per capability pool (default 4096)\n"
          "  -kw<n>     idle stacks kept warm per capability (default 256)\n"
-         "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n";
+         "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n"
+         "  -?         print this summary (also --help)\n";
 }
 
 namespace {
@@ -177,6 +181,16 @@ options options::parse(int& argc, char** argv) {
   argc = static_cast<int>(keep.size());
   argv[argc] = nullptr;
   return o;
+}
+
+options options::parse_or_exit(int& argc, char** argv) {
+  try {
+    return parse(argc, argv);
+  } catch (const options_error& e) {
+    fmt::print(stderr, "{}\n{}", e.what(), usage());
+    std::fflush(stderr);
+    std::exit(1);
+  }
 }
 
 }  // namespace capstan

@@ -22,15 +22,10 @@ struct args {
   long long n;
 };
 
-// parse consumes +RTS ... -RTS and reads the size (argv[1]) or the default.
+// parse consumes +RTS ... -RTS (as run(argc, argv, main) does) and reads the size (argv[1]) or the default.
 inline args parse(int argc, char** argv, long long default_n) {
   args a{};
-  try {
-    a.opts = capstan::options::parse(argc, argv);
-  } catch (const capstan::options_error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    std::exit(2);
-  }
+  a.opts = capstan::options::parse_or_exit(argc, argv);  // bad flag: message, summary, exit 1
   a.n = argc > 1 ? std::atoll(argv[1]) : default_n;
   if (a.n <= 0) {
     std::fprintf(stderr, "size must be a positive integer, got '%s'\n", argv[1]);

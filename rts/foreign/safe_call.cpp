@@ -148,9 +148,9 @@ void safe_call_enter(safe_call_frame& f) {
 }
 
 void safe_call_leave(safe_call_frame& f, bool f_threw) {
-  auto* task = static_cast<Task*>(f.task);  // same OS thread: nothing switched
-  auto* cur = static_cast<Thread*>(f.thread);
-  auto* cap = static_cast<Capability*>(f.cap);
+  Task* task = f.task;  // same OS thread: nothing switched
+  Thread* cur = f.thread;
+  Capability* cap = f.cap;
   if (try_grab_capability(cap)) [[likely]] {
     task->in_safe_call.store(nullptr, std::memory_order_relaxed);
     take_capability(task, cap);

@@ -16,7 +16,7 @@ namespace capstan::rts {
 // io_add_timeout calls on_expire(arg, token) on the IO thread once `ns`
 // have passed (never at shutdown, never early); it cannot be cancelled, so
 // on_expire must check that it is still wanted (mvar timeouts use the
-// waiting thread's timed_seq: Note [Timed takes] in rts/mvar_core.cpp).
+// waiting thread's timed_seq: Note [Timed takes] in rts/mvar/mvar_core.cpp).
 void io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept, void* arg,
                     std::uint64_t token);
 

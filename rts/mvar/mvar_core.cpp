@@ -152,9 +152,9 @@ bool mvar_core::park_timed(waiter& w, long long ns) {
   return true;
 }
 
-void* mvar_core::serve(waiter& w) noexcept {
+Thread* mvar_core::serve(waiter& w) noexcept {
   remove(w);
-  auto* t = static_cast<Thread*>(w.thread);
+  Thread* t = w.thread;
   rts::Task* me = rts::my_task_before_switch();
   // (!me first: off the runtime's threads there may be no Runtime to read.)
   if (!me || !me->cap || w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed))
@@ -173,16 +173,15 @@ void* mvar_core::serve(waiter& w) noexcept {
   return t;
 }
 
-void wake_list::more(void* thread) noexcept {
-  auto* t = static_cast<Thread*>(thread);
+void wake_list::more(Thread* t) noexcept {
   t->link = nullptr;  // t is dequeued and not yet runnable: link is free
-  if (chain_tail_) static_cast<Thread*>(chain_tail_)->link = t; else chain_ = t;
+  if (chain_tail_) chain_tail_->link = t; else chain_ = t;
   chain_tail_ = t;  // served order is kept: FIFO into the run queue
 }
 
 void wake_list::wake_rest() noexcept {
-  rts::wake(static_cast<Thread*>(first_));
-  for (auto* t = static_cast<Thread*>(chain_); t;) {
+  rts::wake(first_);
+  for (Thread* t = chain_; t;) {
     Thread* next = t->link;
     rts::wake(t);
     t = next;

@@ -69,7 +69,8 @@ void Ticker::loop() {
     if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
       rt.shutdown_events->notify();  // Note [Shutdown]: the grace-period clock
     // A capability asleep while sparks wait elsewhere (a missed wake-up is
-    // allowed on the par() fast path) is woken within one tick.
+    // allowed on the par() fast path: Note [Waking capabilities for sparks])
+    // is woken within one tick.
     if (detail::g_spark_sleepers.load(std::memory_order_relaxed) != 0) {
       for (Capability* c : rt.caps) {
         if (c->sparks.size() != 0) {

@@ -169,10 +169,10 @@ thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
   return {t, t->closure};
 }
 
-void thread_discard(void* thread) noexcept { rts::discard_thread(static_cast<rts::Thread*>(thread)); }
+void thread_discard(rts::Thread* thread) noexcept { rts::discard_thread(thread); }
 
-std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap) {
-  return rts::start_thread(static_cast<rts::Thread*>(thread), ops, cap);
+std::uint64_t thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
+  return rts::start_thread(thread, ops, cap);
 }
 
 }  // namespace capstan::detail

@@ -59,8 +59,13 @@
 #include "runtime/runtime.hpp"
 
 namespace capstan::detail {
-constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local spark_pool* tl_spark_pool = nullptr;
 std::atomic<unsigned> g_spark_sleepers{0};
+
+__attribute__((noinline)) spark_pool* current_spark_pool() noexcept {
+  asm volatile("" ::: "memory");  // as my_task(): never treated as pure
+  return tl_spark_pool;
+}
 }
 
 namespace capstan::rts {
@@ -101,7 +106,7 @@ spark_base* take_batch(Capability* me, spark_base* first) {
 // ask sends a steal request to victim v and waits for the answer.
 spark_base* ask(Capability* me, Capability* v) {
   me->steal_box.store(nullptr, std::memory_order_relaxed);
-  void* expected = nullptr;
+  Capability* expected = nullptr;
   if (!v->sparks.request.compare_exchange_strong(expected, me, std::memory_order_acq_rel,
                                                  std::memory_order_relaxed))
     return nullptr;  // someone else is asking v
@@ -205,6 +210,23 @@ using namespace capstan::rts;
 // if it finds more sparks than it can run, its own par() calls and the next
 // pushes wake the next sleeper.  Parker::unpark is sticky, so a sleeper that
 // has not reached its futex yet still wakes.
+//
+// The wake-up can be missed, on purpose.  par() reads g_spark_sleepers
+// with a relaxed load right after its plain (relaxed) store of `top`; a
+// capability going to sleep increments the count (seq_cst) and then
+// re-checks only its *own* pool.  With no store-load fence on the par()
+// side - one would cost as much as the rest of a fine-grained spark, see
+// Note [Spark pools] - par() may read a count from before the increment
+// while the sleeper cannot see the new spark: nobody is woken.  Two things
+// make this harmless:
+//  * progress never depends on it: the maker's get() runs an untaken spark
+//    itself, so a missed wake-up costs parallelism, never a hang;
+//  * the ticker (rts/runtime/ticker.cpp) sweeps every tick: while any
+//    capability sleeps and some pool is non-empty it calls
+//    spark_wake_sleeper, so a missed wake-up is repaired within one tick
+//    (10 ms).  The ticker runs while any capability is busy (Note
+//    [Stopping the ticker]), and a pool is non-empty only while its owner
+//    is busy.
 void spark_wake_sleeper() noexcept {
   for (Capability* c : rt.caps) {
     if (c->hold.load(std::memory_order_relaxed) != Hold::sleeping) continue;
@@ -235,9 +257,8 @@ bool spark_make_room(spark_pool* p) noexcept {
 void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
 
 void spark_respond(spark_pool* p) {
-  void* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
-  if (!r) return;  // withdrawn
-  auto* thief = static_cast<Capability*>(r);
+  Capability* thief = p->request.exchange(nullptr, std::memory_order_acq_rel);
+  if (!thief) return;  // withdrawn
   // Answer with the oldest spark, plus up to a quarter of the rest (at most
   // kStealBatch in all): one round trip per spark would leave a thief idle
   // while we run a long spark between two poll points.

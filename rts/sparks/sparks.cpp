@@ -7,6 +7,7 @@
 #include <new>
 
 #include "capstan/errors.hpp"
+#include "primitives/spinlock.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
@@ -18,11 +19,19 @@ using detail::spark_pool;
 
 namespace {
 
-Capability* cap_of(spark_pool* p) { return static_cast<Capability*>(p->cap); }
-
-void lock_spark(spark_base* s) {
-  while (s->lock.exchange(true, std::memory_order_acquire)) cpu_relax();
-}
+// Note [The spark lock]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A spark's lock is held for a few instructions (complete()), or by a
+// maker from wait_stolen() until it is off its stack - released by the
+// context that lands after its switch, on the same OS thread, before
+// anything else runs there.  No green thread is ever switched out *while*
+// the lock is held and then left waiting in a run queue (there is no safe
+// point in between), so a waiter never waits for a green thread to be
+// scheduled.  It may wait for an OS thread the kernel preempted, though: so
+// it spins briefly (the common case, a few instructions) and then gives the
+// OS thread up with sched_yield() between attempts instead of burning its
+// timeslice against a descheduled holder (spin_lock, primitives/spinlock.hpp).
+void lock_spark(spark_base* s) { spin_lock(s->lock); }
 
 // Note [Completing a stolen spark]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -39,13 +48,13 @@ void lock_spark(spark_base* s) {
 //           its stack: no early wake-up), release it, wake the maker.
 // The exchange and the CAS are ordered on the same word, so exactly one of
 // "the thief sees a waiter" and "the maker sees done" happens.
-constexpr unsigned kStolenWaiting = 5;
+constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
 // complete publishes a stolen spark's result and wakes its maker if it waits.
 void complete(spark_base* s) {
   unsigned prev = s->state.exchange(spark_base::done, std::memory_order_acq_rel);
   if (prev != kStolenWaiting) return;  // the spark may be gone already
-  auto* waiter = static_cast<Thread*>(s->waiter);
+  Thread* waiter = s->waiter;
   lock_spark(s);  // free once the maker has parked
   s->lock.store(false, std::memory_order_release);
   wake_home(waiter);  // back where its other sparks are
@@ -133,8 +142,8 @@ void spark_force_slow(spark_base* s) {
       return;
     }
     // pending: only the pool's owner may take it out.
-    if (cap_of(s->pool) != task->cap) {
-      migrate_current_to(cap_of(s->pool));  // Note [Migrating to a spark's capability]
+    if (s->pool->cap != task->cap) {
+      migrate_current_to(s->pool->cap);  // Note [Migrating to a spark's capability]
       continue;
     }
     poll_spark_requests(task->cap);  // a poll point: a thief may want the rest
@@ -158,8 +167,8 @@ void spark_discard_slow(spark_base* s) noexcept {
     }
     Task* task = my_task();
     if (!task || !task->cap) return;  // runtime gone: the pool went with it
-    if (cap_of(s->pool) != task->cap) {
-      migrate_current_to(cap_of(s->pool));
+    if (s->pool->cap != task->cap) {
+      migrate_current_to(s->pool->cap);
       continue;
     }
     remove_spark(s->pool, s);

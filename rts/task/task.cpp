@@ -21,7 +21,7 @@ extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
 
 namespace capstan::rts {
 
-constinit thread_local Task* tl_task_slot __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local Task* tl_task_slot = nullptr;
 
 __attribute__((noinline)) Task* my_task() noexcept {
   // The empty asm keeps the compiler from treating this as a pure function

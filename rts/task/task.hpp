@@ -18,13 +18,25 @@
 //
 // Note [TLS across a switch]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A green thread may continue on a different OS thread after any switch
-// (Note [Direct switching] in schedule/schedule.cpp).  A compiler may compute a thread-local's address
-// once per function and keep it in a callee-saved register, which our switch
-// faithfully preserves - pointing at the previous OS thread's TLS.  So the
-// runtime reads its TLS only through my_task(), which is noinline (and
-// therefore re-evaluated after every call), and never caches a Task* or
-// Capability* across a call that may switch: re-read my_task()->cap.
+// A green thread may continue on a different OS thread after any switch.  A
+// compiler may compute a thread-local's address (or the thread pointer,
+// e.g. AArch64's tpidr_el0, or __tls_get_addr's result in a shared object)
+// once per function and keep it in a callee-saved register, which our
+// switch faithfully preserves - pointing at the previous OS thread's TLS.
+// So the runtime reads its TLS only through my_task(), which is noinline
+// (and therefore re-evaluated after every call), and never caches a Task*
+// or Capability* across a call that may switch: re-read my_task()->cap.
+//
+// User code sees one thread-local, the spark pool that par() and get() read
+// (detail::spark_pool_here in capstan/spark.hpp).  It is read inline only
+// where no thread pointer can be reused: code for an executable on x86-64,
+// where the read is a single %fs-relative load (the CPU takes %fs, which
+// the kernel switches with the OS thread, at every access).  Everywhere
+// else it is the noinline call detail::current_spark_pool().
+//
+// Every thread-local of the library uses the default TLS model (descriptors
+// on x86-64, -mtls-dialect=gnu2, and AArch64): libcapstan.so needs no
+// static TLS, so it can be dlopen()ed (tests/lib/dlopen_test.cpp).
 #pragma once
 
 #include <signal.h>
@@ -104,7 +116,7 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
 Task* my_task() noexcept;
 void set_my_task(Task* t) noexcept;
 
-extern constinit thread_local Task* tl_task_slot __attribute__((tls_model("initial-exec")));
+extern constinit thread_local Task* tl_task_slot;
 
 // my_task_before_switch is the inlined read of the same slot, for hot paths
 // that use the result only *before* their first switch (a compiler may

@@ -4,6 +4,9 @@
 
 #include <capstan/options.hpp>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -112,6 +115,52 @@ TEST_F(Options, BadEnvironmentFlagsSayWhereTheyCameFrom) {
   } catch (const capstan::options_error& e) {
     EXPECT_NE(std::string(e.what()).find("in CAPSTAN_RTS"), std::string::npos) << e.what();
   }
+}
+
+// A program started the idiomatic way (run(argc, argv, main), as
+// examples/hello is) and given a bad +RTS flag prints the message and the
+// flag summary and exits 1, as a GHC program does - no std::terminate.
+struct Outcome {
+  int status;  // exit status, or -1 if killed by a signal
+  std::string output;  // stdout and stderr
+};
+Outcome run_hello(const std::string& args) {
+  const char* hello = std::getenv("CAPSTAN_HELLO");
+  std::string cmd = std::string("'") + hello + "' " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-2, "popen failed"};
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST_F(Options, AProgramGivenABadFlagPrintsItAndTheSummaryAndExits1) {
+  if (!std::getenv("CAPSTAN_HELLO")) GTEST_SKIP() << "CAPSTAN_HELLO (examples/hello) not set";
+  Outcome r = run_hello("+RTS -Nx -RTS");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("'-Nx'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expected -N (all cores) or -N<n>"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("capstan RTS flags"), std::string::npos) << "no flag summary: " << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
+TEST_F(Options, AProgramGivenRtsHelpPrintsTheSummaryAndExits1) {
+  if (!std::getenv("CAPSTAN_HELLO")) GTEST_SKIP() << "CAPSTAN_HELLO (examples/hello) not set";
+  for (const char* flag : {"-?", "--help"}) {
+    Outcome r = run_hello(std::string("+RTS '") + flag + "' -RTS");
+    EXPECT_EQ(r.status, 1) << flag << ": " << r.output;
+    EXPECT_NE(r.output.find("  -N[<n>]"), std::string::npos) << flag << ": " << r.output;
+  }
+}
+
+TEST_F(Options, AProgramGivenGoodFlagsRuns) {
+  if (!std::getenv("CAPSTAN_HELLO")) GTEST_SKIP() << "CAPSTAN_HELLO (examples/hello) not set";
+  Outcome r = run_hello("+RTS -N2 -RTS");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("of 2"), std::string::npos) << r.output;
 }
 
 }  // namespace

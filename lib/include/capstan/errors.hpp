@@ -26,4 +26,18 @@ class usage_error : public std::logic_error {
 // pass; if you catch it with `catch (...)`, rethrow it.
 struct thread_killed {};
 
+// blocked_indefinitely is thrown in threads blocked on an mvar that is
+// destroyed: nobody can ever serve them (GHC's BlockedIndefinitelyOnMVar).
+class blocked_indefinitely : public std::runtime_error {
+ public:
+  blocked_indefinitely() : std::runtime_error("thread blocked indefinitely in an mvar operation") {}
+};
+
+// io_error: an fd wait ended without readiness, e.g. the fd was closed with
+// close_fd while the thread waited on it.
+class io_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace capstan

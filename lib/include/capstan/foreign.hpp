@@ -7,13 +7,11 @@
 // safe_call.  See docs/foreign.md.
 #pragma once
 
-#include <exception>
-#include <functional>
-#include <optional>
 #include <type_traits>
 #include <utility>
 
 #include "capstan/detail/bridge.hpp"
+#include "capstan/detail/outcome.hpp"
 #include "capstan/thread.hpp"
 
 namespace capstan {
@@ -21,9 +19,9 @@ namespace capstan {
 namespace detail {
 // Opaque state of one safe call, between enter and leave.
 struct safe_call_frame {
-  void* task = nullptr;
-  void* thread = nullptr;
-  void* cap = nullptr;
+  rts::Task* task = nullptr;
+  rts::Thread* thread = nullptr;
+  rts::Capability* cap = nullptr;
 };
 void safe_call_enter(safe_call_frame& f);
 // safe_call_leave gets the capability back; `f_threw` says whether f threw
@@ -40,28 +38,12 @@ void call_in_raw(void (*fn)(void*), void* ctx);
 // result or rethrows its exception.  Call only from a green thread.
 template <class F>
 auto safe_call(F&& f) -> std::invoke_result_t<F&> {
-  using R = std::invoke_result_t<F&>;
+  detail::outcome<std::invoke_result_t<F&>> out;
   detail::safe_call_frame frame;
   detail::safe_call_enter(frame);
-  if constexpr (std::is_void_v<R>) {
-    try {
-      std::invoke(f);
-    } catch (...) {
-      detail::safe_call_leave(frame, true);
-      throw;
-    }
-    detail::safe_call_leave(frame, false);
-  } else {
-    std::optional<R> r;
-    try {
-      r.emplace(std::invoke(f));
-    } catch (...) {
-      detail::safe_call_leave(frame, true);
-      throw;
-    }
-    detail::safe_call_leave(frame, false);
-    return std::move(*r);
-  }
+  out.capture(f);
+  detail::safe_call_leave(frame, out.failed());
+  return out.get();
 }
 
 // fork_os starts f() as a green thread bound to a new OS thread (GHC's
@@ -81,31 +63,10 @@ bool is_bound();
 // exception.  usage_error if no runtime is running or it is shutting down.
 template <class F>
 auto call_in(F&& f) -> std::invoke_result_t<F&> {
-  using R = std::invoke_result_t<F&>;
-  std::exception_ptr error;
-  if constexpr (std::is_void_v<R>) {
-    auto body = [&] {
-      try {
-        std::invoke(f);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    };
-    detail::call_in_raw([](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
-    if (error) std::rethrow_exception(error);
-  } else {
-    std::optional<R> result;
-    auto body = [&] {
-      try {
-        result.emplace(std::invoke(f));
-      } catch (...) {
-        error = std::current_exception();
-      }
-    };
-    detail::call_in_raw([](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
-    if (error) std::rethrow_exception(error);
-    return std::move(*result);
-  }
+  detail::outcome<std::invoke_result_t<F&>> out;
+  auto body = [&] { out.capture(f); };
+  detail::call_in_raw([](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
+  return out.get();
 }
 
 }  // namespace capstan

@@ -4,17 +4,10 @@
 #pragma once
 
 #include <chrono>
-#include <stdexcept>
-#include <string>
+
+#include "capstan/errors.hpp"
 
 namespace capstan {
-
-// io_error: an fd wait ended without readiness, e.g. the fd was closed with
-// close_fd while the thread waited on it.
-class io_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 namespace detail {
 void sleep_ns(long long ns);

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <optional>
 #include <type_traits>
-#include <stdexcept>
 #include <utility>
 
 #include "capstan/detail/bridge.hpp"
@@ -12,13 +11,6 @@
 #include "capstan/errors.hpp"
 
 namespace capstan {
-
-// blocked_indefinitely is thrown in threads blocked on an mvar that is
-// destroyed: nobody can ever serve them (GHC's BlockedIndefinitelyOnMVar).
-class blocked_indefinitely : public std::runtime_error {
- public:
-  blocked_indefinitely() : std::runtime_error("thread blocked indefinitely in an mvar operation") {}
-};
 
 // mvar<T> holds at most one T.  Blocking operations park the green thread,
 // never the OS thread.  Wake-ups are FIFO and single: one put serves readers
@@ -131,24 +123,39 @@ class mvar {
   }
 
  private:
-  // op holds the lock for one operation.  On every exit - normal, or an
-  // exception from T's constructors - it unlocks, then wakes the threads the
-  // operation served (Note [Waking after unlock]), then passes a safe point
-  // (every runtime call is one).  A blocking operation hands the lock to
+  // op holds the lock for one operation.  It passes a safe point (every
+  // runtime call is one) *before* locking, so a thread killed there (Note
+  // [Shutdown checkpoints]) has not yet touched the mvar; after the
+  // operation has taken effect nothing throws (Note [Killing around an mvar
+  // operation]).  On every exit - normal, or an exception from T's
+  // constructors - it unlocks, then wakes the threads the operation served
+  // (Note [Waking after unlock]).  A blocking operation hands the lock to
   // park() instead, which releases it once the thread is off the CPU.
+  //
+  // Note [Killing around an mvar operation]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // thread_killed must never be raised once an operation has moved a value
+  // in or out: take() would lose the value it took, try_put would deliver
+  // its value and then report failure by throwing.  So the only places an
+  // mvar operation may throw it are before it takes effect: the safe point
+  // in op's constructor, and park() (which dequeues the waiter before
+  // throwing).  A thread served while parked returns normally; its next
+  // runtime call is the next checkpoint.  op's destructor never throws.
   struct op {
     detail::mvar_core& core;
     detail::wake_list woken;
     bool locked = true;
-    explicit op(detail::mvar_core& c) : core(c) { core.lock(); }
+    explicit op(detail::mvar_core& c) : core(c) {
+      detail::safe_point();
+      core.lock();
+    }
     op(const op&) = delete;
     op& operator=(const op&) = delete;
     void release_to_park() { locked = false; }
-    ~op() noexcept(false) {
+    ~op() {
       if (!locked) return;  // parked: park() released the lock
       core.unlock();
       woken.wake_all();
-      detail::safe_point();  // never throws while unwinding (Note [Shutdown checkpoints])
     }
   };
 

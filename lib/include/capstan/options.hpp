@@ -37,6 +37,12 @@ struct options {
   // from argv (updating argc).  Throws options_error naming a bad flag.
   static options parse(int& argc, char** argv);
 
+  // parse_or_exit is parse for a program's main(): on a bad flag it prints
+  // the error and the flag summary (usage()) to stderr and exits with status
+  // 1, as a GHC program does; `+RTS -?` (or --help) prints the summary and
+  // exits 1 too.  run(argc, argv, main) calls it.
+  static options parse_or_exit(int& argc, char** argv);
+
   // parse_flags applies space-separated RTS flags (without +RTS) to *this.
   void parse_flags(const std::string& flags);
 

@@ -15,12 +15,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <functional>
 #include <new>
-#include <optional>
 #include <type_traits>
 #include <utility>
+
+#include "capstan/detail/bridge.hpp"
+#include "capstan/detail/outcome.hpp"
 
 namespace capstan {
 
@@ -44,8 +44,8 @@ struct spark_pool {
   std::atomic<std::uint64_t> bottom{0};  // oldest index (the end idle capabilities get)
   std::uint64_t mask = 0;                // capacity - 1
   spark_base** slots = nullptr;          // null entries are removed sparks
-  std::atomic<void*> request{nullptr};   // a thief's steal request (its Capability)
-  void* cap = nullptr;                   // the owning rts::Capability
+  std::atomic<rts::Capability*> request{nullptr};  // a thief's steal request
+  rts::Capability* cap = nullptr;                 // the owner
   // Owner-written counters (relaxed stores), read by statistics.
   std::atomic<std::uint64_t> created{0}, overflowed{0}, fizzled{0}, gcd{0};
 
@@ -58,23 +58,43 @@ inline void bump(std::atomic<std::uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// The pool of the capability the calling OS thread runs, or null.  Read
-// only on paths that do not switch before using it (see Note [TLS across a
-// switch] in rts/task/task.hpp).
-extern constinit thread_local spark_pool* tl_spark_pool __attribute__((tls_model("initial-exec")));
+// The pool of the capability the calling OS thread runs, or null (default
+// TLS model: libcapstan.so has no static TLS and can be dlopen()ed).
+extern constinit thread_local spark_pool* tl_spark_pool;
+
+// current_spark_pool returns tl_spark_pool.  Out of line on purpose: see
+// Note [TLS across a switch] in rts/task/task.hpp.
+spark_pool* current_spark_pool() noexcept;
+
+// spark_pool_here is what par() and get() use, once each, before they can
+// switch.  In an executable on x86-64 the inline read is safe: it is one
+// %fs-relative load whose thread pointer the CPU takes from %fs at every
+// access, so no thread pointer from before a switch can be reused.
+// Elsewhere (AArch64, where the compiler may keep tpidr_el0 in a register
+// across a call; shared objects, where __tls_get_addr's result may be
+// reused) it is the out-of-line call.  Note [TLS across a switch].
+inline spark_pool* spark_pool_here() noexcept {
+#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+  return tl_spark_pool;
+#else
+  return current_spark_pool();
+#endif
+}
 
 struct spark_base {
   // pending: in a pool; taken: being run by its maker, inline; stolen: a
   // spark thread runs (or will run) it; done: evaluated; unpooled: the pool
-  // was full (overflowed), get() runs it inline.
-  enum state_t : unsigned { pending, taken, stolen, done, unpooled };
+  // was full (overflowed), get() runs it inline; stolen_waiting: stolen, and
+  // its maker waits for it (set by the runtime, Note [Completing a stolen
+  // spark] in rts/sparks/sparks.cpp).
+  enum state_t : unsigned { pending, taken, stolen, done, unpooled, stolen_waiting };
 
   void (*run)(spark_base*) noexcept = nullptr;  // evaluates into the result
   std::atomic<unsigned> state{pending};
   std::atomic<bool> lock{false};   // guards waiter once stolen (rts)
   std::uint64_t index;             // position in pool->slots (owner-only; set by push)
   spark_pool* pool;                // where it was pushed, null if unpooled (set by push)
-  void* waiter;                    // the maker parked on a stolen spark (set before use)
+  rts::Thread* waiter;             // the maker parked on a stolen spark (set before use)
   bool cancelled = false;          // stolen but never run: shutdown came first
 };
 
@@ -99,7 +119,6 @@ void spark_wake_sleeper() noexcept;
 template <class R>
 class spark : detail::spark_base {
   static constexpr std::size_t kInline = 48;
-  using value_type = std::conditional_t<std::is_void_v<R>, bool, R>;
 
  public:
   spark(const spark&) = delete;
@@ -109,7 +128,7 @@ class spark : detail::spark_base {
   // taken it, or waiting (parked, not spinning) for the one running it.
   // Exactly one evaluation ever happens; f's exception is rethrown.
   R get() {
-    detail::spark_pool* p = detail::tl_spark_pool;
+    detail::spark_pool* p = detail::spark_pool_here();
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
         index + 1 == p->top.load(std::memory_order_relaxed)) [[likely]] {
       // Our own spark on top of our own pool: pop it and run it (fizzled).
@@ -122,8 +141,7 @@ class spark : detail::spark_base {
       detail::spark_force_slow(this);
     }
     if (cancelled) [[unlikely]] detail::spark_cancelled();
-    if (error_) [[unlikely]] std::rethrow_exception(error_);
-    if constexpr (!std::is_void_v<R>) return std::move(*result_);
+    return out_.get();
   }
 
   ~spark() {
@@ -151,22 +169,13 @@ class spark : detail::spark_base {
       destroy_ = [](void* c) noexcept { static_cast<Fn*>(c)->~Fn(); };
     run = [](spark_base* b) noexcept {
       auto* self = static_cast<spark*>(b);
-      try {
-        if constexpr (std::is_void_v<R>) {
-          (*static_cast<Fn*>(self->closure_))();
-          self->result_.emplace(true);
-        } else {
-          self->result_.emplace((*static_cast<Fn*>(self->closure_))());
-        }
-      } catch (...) {
-        self->error_ = std::current_exception();
-      }
+      self->out_.capture(*static_cast<Fn*>(self->closure_));
     };
     push();
   }
 
   void push() {
-    detail::spark_pool* p = detail::tl_spark_pool;
+    detail::spark_pool* p = detail::spark_pool_here();
     if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
     std::uint64_t t = p->top.load(std::memory_order_relaxed);
     if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
@@ -191,8 +200,7 @@ class spark : detail::spark_base {
   void* closure_ = nullptr;
   void (*destroy_)(void*) noexcept = nullptr;
   bool heap_ = false;
-  std::exception_ptr error_;
-  std::optional<value_type> result_;
+  detail::outcome<R> out_;
   alignas(std::max_align_t) unsigned char buf_[kInline];
 };
 

@@ -153,6 +153,44 @@ TEST_P(MVar, APlainOsThreadCanWakeAGreenThreadWithTryPut) {
   EXPECT_EQ(got, 42);
 }
 
+// Killing a thread at shutdown never loses or duplicates a value: the kill
+// (thread_killed at a runtime call) lands before an operation takes effect,
+// never after it.  Values circulate through a ring of mvars; a worker
+// records the value it holds between its take and its try_put, so after
+// run() every value must be in exactly one mvar or one worker's hand.
+TEST_P(MVar, AKilledThreadNeverLosesOrDuplicatesAValue) {
+  constexpr int kBoxes = 8, kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<capstan::mvar<int>> boxes(kBoxes);
+    std::vector<std::atomic<int>> held(kBoxes);
+    for (auto& h : held) h.store(-1);
+    std::atomic<long> moves{0};
+    run([&] {
+      for (int i = 0; i < kBoxes; i += 2) boxes[i].try_put(i);  // half full
+      for (int w = 0; w < kBoxes; ++w) {
+        capstan::fork_io([&, w] {
+          for (;;) {
+            int v = boxes[w].take();
+            held[w].store(v);
+            while (!boxes[(w + 1) % kBoxes].try_put(v)) capstan::yield();
+            held[w].store(-1);
+            moves.fetch_add(1);
+          }
+        });
+      }
+      while (moves.load() < 1000) capstan::yield();
+    });  // every worker is killed somewhere in its loop
+    std::vector<int> seen(kBoxes, 0);
+    for (auto& b : boxes)
+      if (auto v = b.try_take()) ++seen.at(static_cast<std::size_t>(*v));
+    for (auto& h : held)
+      if (h.load() >= 0) ++seen.at(static_cast<std::size_t>(h.load()));
+    for (int v = 0; v < kBoxes; v += 2)
+      ASSERT_EQ(seen[v], 1) << "value " << v << (seen[v] ? " duplicated" : " lost") << " in round "
+                            << round;
+  }
+}
+
 TEST(MVarOutsideRun, BlockingOutsideAGreenThreadIsAClearError) {
   capstan::mvar<int> m;
   try {

@@ -8,6 +8,14 @@
 #include <type_traits>
 #include <utility>
 
+// The runtime's objects, opaque to the public headers (defined in rts/):
+// public code holds typed pointers to them and never looks inside.
+namespace capstan::rts {
+struct Thread;      // a green thread (GHC's TSO)
+struct Capability;  // a virtual CPU
+struct Task;        // an OS thread known to the runtime
+}  // namespace capstan::rts
+
 namespace capstan::detail {
 
 inline constexpr int kAnyCapability = -1;
@@ -28,7 +36,7 @@ struct ops_for {
 
 // A thread that is allocated but not yet started, with closure storage.
 struct thread_slot {
-  void* thread;
+  rts::Thread* thread;
   void* storage;
 };
 
@@ -36,9 +44,9 @@ struct thread_slot {
 // (inline for small closures, so forking does not allocate).
 thread_slot thread_alloc(std::size_t size, std::size_t align, int cap);
 // thread_discard gives back a thread whose closure failed to construct.
-void thread_discard(void* thread) noexcept;
+void thread_discard(rts::Thread* thread) noexcept;
 // thread_start makes a constructed thread runnable; returns its id.
-std::uint64_t thread_start(void* thread, const closure_ops* ops, int cap);
+std::uint64_t thread_start(rts::Thread* thread, const closure_ops* ops, int cap);
 
 template <class F>
 std::uint64_t spawn(int cap, F&& f) {

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "capstan/detail/bridge.hpp"
+
 namespace capstan::detail {
 
 // One blocked operation; lives on the blocked thread's stack.
@@ -17,7 +19,7 @@ struct waiter {
 
   waiter* next = nullptr;
   waiter* prev = nullptr;
-  void* thread = nullptr;  // the runtime's Thread
+  rts::Thread* thread = nullptr;
   void* slot = nullptr;    // take/read: where to put the value; put: the value
   kind_t kind = take;
   outcome_t outcome = served;
@@ -33,7 +35,7 @@ struct waiter {
 // under the lock; waking touches only the runtime's Thread.
 class wake_list {
  public:
-  void add(void* thread) noexcept {
+  void add(rts::Thread* thread) noexcept {
     if (!first_) first_ = thread; else more(thread);
   }
   // wake_all makes every collected thread runnable; call after unlocking.
@@ -42,11 +44,11 @@ class wake_list {
   }
 
  private:
-  void more(void* thread) noexcept;
+  void more(rts::Thread* thread) noexcept;
   void wake_rest() noexcept;
-  void* first_ = nullptr;
-  void* chain_ = nullptr;       // further threads, linked by the runtime
-  void* chain_tail_ = nullptr;
+  rts::Thread* first_ = nullptr;
+  rts::Thread* chain_ = nullptr;       // further threads, linked by the runtime
+  rts::Thread* chain_tail_ = nullptr;
 };
 
 class mvar_core {
@@ -96,7 +98,7 @@ class mvar_core {
   // serve dequeues waiter w (lock held) and settles it; its slot must
   // already hold the value (or have been read).  Returns its thread, to be
   // woken after unlock.  See Note [Waking after unlock].
-  void* serve(waiter& w) noexcept;
+  rts::Thread* serve(waiter& w) noexcept;
 
  private:
   void lock_slow() noexcept;

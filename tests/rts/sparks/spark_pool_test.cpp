@@ -1,0 +1,349 @@
+// spark_pool_test.cpp - white-box tests of a capability's spark pool
+// (Note [Spark pools]): the owner's order, overflow at +RTS -e, the steal
+// request/answer protocol, and GHC's accounting of every spark.
+//
+// The owner tests run inside a one-capability runtime and look at the pool
+// from its main thread.  The protocol tests drive two hand-made
+// capabilities from two OS threads, the victim's owner and a thief, with no
+// runtime running.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "capstan_test.hpp"
+#include "white_box.hpp"
+#include "runtime/runtime.hpp"
+#include "sparks/sparks.hpp"
+#include "task/handover.hpp"
+
+namespace {
+
+using capstan::spark;
+using capstan::detail::spark_base;
+using capstan::detail::spark_pool;
+using capstan::rts::Capability;
+using capstan::rts::rt;
+using capstan::rts::Task;
+using capstan_test::kScale;
+using capstan_test::Rng;
+using capstan_test::spin;
+
+// A spark<R> is its spark_base (its only base), at the same address.
+const void* addr(const void* s) { return s; }
+const void* slot(const spark_pool* p, std::uint64_t i) { return p->slots[i & p->mask]; }
+
+std::uint64_t counter(const std::atomic<std::uint64_t>& c) { return c.load(std::memory_order_relaxed); }
+
+capstan::options one_cap(std::size_t pool_size = 64) {
+  capstan::options o = capstan_test::opts(1);
+  o.spark_pool_size = pool_size;
+  return o;
+}
+
+// --- the owner's view, inside a runtime --------------------------------------
+
+TEST(SparkPoolOwner, ParPushesOnTopAndGetTakesTheNewestWithoutTouchingTheRest) {
+  capstan::run(one_cap(), [] {
+    spark_pool* p = capstan::detail::tl_spark_pool;
+    ASSERT_EQ(p, &rt.caps[0]->sparks);
+    std::uint64_t b0 = p->bottom.load();
+    ASSERT_EQ(p->top.load(), b0);
+    auto a = capstan::par([] { return 1; });
+    auto b = capstan::par([] { return 2; });
+    auto c = capstan::par([] { return 3; });
+    ASSERT_EQ(p->top.load(), b0 + 3);
+    EXPECT_EQ(slot(p, b0), addr(&a));
+    EXPECT_EQ(slot(p, b0 + 1), addr(&b));
+    EXPECT_EQ(slot(p, b0 + 2), addr(&c));
+    EXPECT_EQ(c.get(), 3);  // the newest: popped from the top
+    EXPECT_EQ(p->top.load(), b0 + 2);
+    EXPECT_EQ(p->bottom.load(), b0);
+    EXPECT_EQ(a.get(), 1);  // the oldest: taken from the bottom end
+    EXPECT_EQ(p->bottom.load(), b0 + 1);
+    EXPECT_EQ(slot(p, p->bottom.load()), addr(&b));
+    EXPECT_EQ(b.get(), 2);
+    EXPECT_EQ(p->size(), 0u);
+    EXPECT_EQ(counter(p->fizzled), 3u);
+  });
+}
+
+// Forcing a spark out of the middle leaves a hole: the idle capability's
+// take (find_spark) skips it, and a hole reaching the bottom end is dropped
+// at once.
+TEST(SparkPoolOwner, HolesAreSkippedByTheOldestFirstTakeAndDroppedAtTheBottom) {
+  capstan::run(one_cap(), [] {
+    Capability* cap = rt.caps[0];
+    spark_pool* p = &cap->sparks;
+    std::uint64_t b0 = p->bottom.load();
+    auto a = capstan::par([] { return 1; });
+    auto b = capstan::par([] { return 2; });
+    auto c = capstan::par([] { return 3; });
+    auto d = capstan::par([] { return 4; });
+    auto e = capstan::par([] { return 5; });
+    EXPECT_EQ(b.get(), 2);
+    EXPECT_EQ(slot(p, b0 + 1), nullptr) << "a spark forced out of the middle leaves a hole";
+    EXPECT_EQ(p->size(), 5u);
+    EXPECT_EQ(a.get(), 1);  // the bottom: removed, and the hole above it goes too
+    EXPECT_EQ(p->bottom.load(), b0 + 2);
+    EXPECT_EQ(slot(p, b0 + 2), addr(&c));
+    EXPECT_EQ(d.get(), 4);  // another hole, between c and e
+    spark_base* s1 = capstan::rts::find_spark(cap);
+    spark_base* s2 = capstan::rts::find_spark(cap);
+    EXPECT_EQ(addr(s1), addr(&c));
+    EXPECT_EQ(addr(s2), addr(&e)) << "the oldest-first take did not skip the hole";
+    EXPECT_EQ(p->size(), 0u);
+    EXPECT_EQ(capstan::rts::find_spark(cap), nullptr);
+    capstan::rts::start_spark_thread(cap, s1);
+    capstan::rts::start_spark_thread(cap, s2);
+    EXPECT_EQ(e.get(), 5);
+    EXPECT_EQ(c.get(), 3);
+  });
+  auto st = capstan::statistics().sparks;
+  EXPECT_EQ(st.created, 5u);
+  EXPECT_EQ(st.converted, 2u);
+  EXPECT_EQ(st.fizzled, 3u);
+}
+
+TEST(SparkPoolOwner, OverflowsAtTheConfiguredSizeRoundedUpToAPowerOfTwo) {
+  capstan::options o = one_cap();
+  o.parse_flags("-e5");
+  ASSERT_EQ(o.spark_pool_size, 5u);
+  capstan::run(o, [] {
+    spark_pool* p = capstan::detail::tl_spark_pool;
+    ASSERT_EQ(p->mask, 7u) << "-e5 holds 8 sparks";
+    std::vector<std::unique_ptr<spark<int>>> s;
+    for (int i = 0; i < 8; ++i) s.emplace_back(new spark<int>(capstan::par([i] { return i; })));
+    EXPECT_EQ(p->size(), 8u);
+    EXPECT_EQ(counter(p->overflowed), 0u);
+    auto extra = capstan::par([] { return 100; });  // full: dropped, runs inline in get()
+    EXPECT_EQ(counter(p->overflowed), 1u);
+    EXPECT_EQ(p->size(), 8u);
+    EXPECT_EQ(counter(p->created), 8u);
+    EXPECT_EQ(extra.get(), 100);
+    EXPECT_EQ(counter(p->fizzled), 0u) << "an overflowed spark is not a fizzled one";
+    EXPECT_EQ(s.back()->get(), 7);  // makes room
+    auto fits = capstan::par([] { return 200; });
+    EXPECT_EQ(counter(p->overflowed), 1u);
+    EXPECT_EQ(slot(p, p->top.load() - 1), addr(&fits));
+    EXPECT_EQ(fits.get(), 200);
+    for (int i = 6; i >= 0; --i) EXPECT_EQ(s[static_cast<std::size_t>(i)]->get(), i);
+  });
+  auto st = capstan::statistics().sparks;
+  EXPECT_EQ(st.created, 9u);
+  EXPECT_EQ(st.overflowed, 1u);
+  EXPECT_EQ(st.fizzled, 9u);
+  EXPECT_EQ(st.total(), 10u);
+}
+
+// An idle capability (find_spark) takes the oldest spark; the maker's get()
+// then waits for the spark thread that runs it.  One spark of each fate:
+// created == converted + fizzled + GC'd, each counted exactly.
+TEST(SparkPoolOwner, FindSparkTakesTheOldestAndEveryFateIsCountedOnce) {
+  std::atomic<int> ran_b{0};
+  capstan::run(one_cap(), [&] {
+    Capability* cap = rt.caps[0];
+    spark_pool* p = &cap->sparks;
+    std::uint64_t b0 = p->bottom.load();
+    auto a = capstan::par([] { return 1; });
+    {
+      auto b = capstan::par([&] { return ran_b.fetch_add(1) + 2; });
+      auto c = capstan::par([] { return 3; });
+      spark_base* oldest = capstan::rts::find_spark(cap);
+      ASSERT_EQ(addr(oldest), addr(&a));
+      EXPECT_EQ(oldest->state.load(), spark_base::stolen);
+      EXPECT_EQ(p->bottom.load(), b0 + 1);
+      EXPECT_EQ(c.get(), 3);  // fizzled
+      capstan::rts::start_spark_thread(cap, oldest);
+    }  // b dropped unforced: GC'd
+    EXPECT_EQ(a.get(), 1);  // converted by the spark thread; we waited for it
+  });
+  EXPECT_EQ(ran_b.load(), 0) << "a discarded spark ran";
+  auto st = capstan::statistics().sparks;
+  EXPECT_EQ(st.created, 3u);
+  EXPECT_EQ(st.converted, 1u);
+  EXPECT_EQ(st.fizzled, 1u);
+  EXPECT_EQ(st.gcd, 1u);
+  EXPECT_EQ(st.created, st.converted + st.fizzled + st.gcd);
+}
+
+// --- the steal protocol, on hand-made capabilities ----------------------------
+
+// Two capabilities in rt (no runtime running): caps[0] is the victim whose
+// owner is the OS thread that calls own_victim(); caps[1] is the thief.
+class StealProtocol : public ::testing::Test {
+ protected:
+  capstan_test::WhiteBoxRuntime runtime_;  // first: outlives the rest
+  void SetUp() override {
+    ASSERT_FALSE(capstan::rts::process.running.load());
+    // A finished run leaves shutting_down set (find_spark then finds nothing).
+    was_shutting_down_ = rt.shutting_down.exchange(false);
+    for (unsigned i = 0; i < 2; ++i) {
+      caps_[i] = std::make_unique<Capability>();
+      caps_[i]->no = i;
+      capstan::rts::spark_pool_init(caps_[i].get(), 1024);
+      rt.caps.push_back(caps_[i].get());
+    }
+    rt.n_caps = 2;
+  }
+  void TearDown() override {
+    for (auto& c : caps_) capstan::rts::spark_pool_release(c.get());
+    rt.caps.clear();
+    rt.n_caps = 0;
+    rt.shutting_down.store(was_shutting_down_);
+    capstan::detail::tl_spark_pool = nullptr;
+  }
+  Capability* victim() { return caps_[0].get(); }
+  Capability* thief() { return caps_[1].get(); }
+  // Makes the calling OS thread the victim's owner: par() pushes there.
+  void own_victim(Task* t) { capstan::rts::take_capability(t, victim()); }
+  // What the thief's spark thread does with a spark it got: run, publish.
+  static void run_stolen(spark_base* s) {
+    s->run(s);
+    s->state.store(spark_base::done, std::memory_order_release);
+  }
+  std::unique_ptr<Capability> caps_[2];
+  bool was_shutting_down_ = false;
+};
+
+TEST_F(StealProtocol, TheOwnerAnswersWithTheOldestSparkAndAQuarterOfTheRest) {
+  Task owner;
+  own_victim(&owner);
+  std::vector<std::unique_ptr<spark<int>>> s;
+  for (int i = 0; i < 20; ++i) s.emplace_back(new spark<int>(capstan::par([i] { return i; })));
+  spark_pool* p = &victim()->sparks;
+  p->request.store(thief());  // what the thief's ask() CASes in
+  capstan::rts::poll_spark_requests(victim());
+  EXPECT_EQ(p->request.load(), nullptr) << "the request was not consumed";
+  spark_base* first = thief()->steal_box.load();
+  ASSERT_EQ(addr(first), addr(s[0].get()));
+  ASSERT_EQ(thief()->steal_batch_n, 19u / 4);
+  for (unsigned i = 0; i < thief()->steal_batch_n; ++i)
+    EXPECT_EQ(addr(thief()->steal_batch[i]), addr(s[i + 1].get()));
+  EXPECT_EQ(p->size(), 20u - 5);
+  EXPECT_EQ(first->state.load(), spark_base::stolen);
+  run_stolen(first);
+  for (unsigned i = 0; i < thief()->steal_batch_n; ++i) {
+    EXPECT_EQ(thief()->steal_batch[i]->state.load(), spark_base::stolen);
+    run_stolen(thief()->steal_batch[i]);
+  }
+  for (int i = 19; i >= 5; --i) EXPECT_EQ(s[static_cast<std::size_t>(i)]->get(), i);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(s[static_cast<std::size_t>(i)]->get(), i);  // done elsewhere
+  EXPECT_EQ(counter(p->fizzled), 15u);
+}
+
+TEST_F(StealProtocol, AnEmptyPoolAnswersNoneAndAWithdrawnRequestIsNotAnswered) {
+  Task owner;
+  own_victim(&owner);
+  spark_pool* p = &victim()->sparks;
+  capstan::rts::poll_spark_requests(victim());  // nothing asked
+  EXPECT_EQ(thief()->steal_box.load(), nullptr);
+  p->request.store(thief());
+  capstan::rts::poll_spark_requests(victim());
+  // "none" is an answer, distinct from "not answered yet" (null).
+  EXPECT_NE(thief()->steal_box.load(), nullptr);
+  EXPECT_EQ(thief()->steal_batch_n, 0u);
+  EXPECT_EQ(p->request.load(), nullptr);
+}
+
+TEST_F(StealProtocol, ParAnswersAPendingRequestWithTheSparkItPushes) {
+  Task owner;
+  own_victim(&owner);
+  victim()->sparks.request.store(thief());
+  auto s = capstan::par([] { return 42; });  // par() is a poll point
+  ASSERT_EQ(addr(thief()->steal_box.load()), addr(&s));
+  EXPECT_EQ(victim()->sparks.size(), 0u);
+  run_stolen(thief()->steal_box.load());
+  EXPECT_EQ(s.get(), 42);
+}
+
+// The owner pushes, pops its newest and polls, in random order; a thief
+// asks through find_spark at the same time.  Every spark runs exactly once,
+// either popped by its owner (fizzled) or answered to the thief; none is
+// lost in a withdrawn or crossed request.
+TEST_F(StealProtocol, EverySparkGoesToExactlyOneParty) {
+  const int n = 20000 / kScale;
+  std::vector<std::atomic<int>> runs(static_cast<std::size_t>(n));
+  std::vector<std::unique_ptr<spark<int>>> sparks(static_cast<std::size_t>(n));
+  std::atomic<bool> owner_done{false};
+  std::atomic<int> by_thief{0}, wrong{0};
+  int by_owner = 0;
+  std::thread owner_thread([&] {
+    Task owner;
+    own_victim(&owner);
+    spark_pool* p = &victim()->sparks;
+    std::unordered_map<const void*, int> which;
+    Rng rng(31);
+    int pushed = 0;
+    auto give_up = std::chrono::steady_clock::now() + capstan_test::kDeadline;  // failure guard
+    while (pushed < n || p->size() != 0) {
+      unsigned what = rng.below(4);
+      // (At most half the pool: an overflowed spark goes to nobody.)
+      if (pushed < n && p->size() < 512 && (what < 2 || p->size() == 0)) {
+        auto* r = &runs[static_cast<std::size_t>(pushed)];
+        int k = pushed;
+        sparks[static_cast<std::size_t>(k)].reset(new spark<int>(capstan::par([r, k] {
+          r->fetch_add(1, std::memory_order_relaxed);
+          return k;
+        })));
+        which[addr(sparks[static_cast<std::size_t>(k)].get())] = k;
+        ++pushed;
+      } else if (what == 2 && p->size() != 0 && 
+                 (pushed < n || by_thief.load() > 0 || std::chrono::steady_clock::now() > give_up)) {
+        // (Once all are pushed, the last ones wait for the thief's first
+        // answer, so the thief's side is exercised however threads run.)
+        // The top slot is ours and pending: nobody else takes from the pool.
+        int k = which.at(slot(p, p->top.load() - 1));
+        if (sparks[static_cast<std::size_t>(k)]->get() != k) wrong.fetch_add(1);
+        ++by_owner;
+      } else {
+        capstan::rts::poll_spark_requests(victim());
+        spin(rng.below(100));
+      }
+    }
+    owner_done.store(true);
+    // Stay the owner (answering) until the thief has given up asking.
+    while (owner_done.load()) capstan::rts::poll_spark_requests(victim());
+  });
+  std::thread thief_thread([&] {
+    Rng rng(32);
+    Capability* me = thief();
+    for (;;) {
+      bool done = owner_done.load();  // read before looking: then nothing is left
+      if (spark_base* s = capstan::rts::find_spark(me)) {
+        run_stolen(s);
+        by_thief.fetch_add(1);
+        continue;
+      }
+      if (done && me->n_stolen_sparks == 0) break;
+      spin(rng.below(100));
+    }
+    owner_done.store(false);  // lets the owner go
+  });
+  owner_thread.join();
+  thief_thread.join();
+  int twice = 0, never = 0;
+  for (auto& r : runs) {
+    if (r.load() > 1) ++twice;
+    if (r.load() == 0) ++never;
+  }
+  // A lost spark would wait for its thief in its destructor: settle it.
+  for (auto& sp : sparks) {
+    auto* b = reinterpret_cast<spark_base*>(sp.get());
+    if (b && b->state.load() != spark_base::done) b->state.store(spark_base::done);
+  }
+  EXPECT_EQ(twice, 0) << "a spark ran twice";
+  EXPECT_EQ(never, 0) << "a spark was lost";
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(by_owner + by_thief.load(), n);
+  EXPECT_EQ(counter(victim()->sparks.created), static_cast<std::uint64_t>(n));
+  EXPECT_EQ(counter(victim()->sparks.fizzled), static_cast<std::uint64_t>(by_owner));
+  EXPECT_EQ(victim()->sparks.size(), 0u);
+  EXPECT_GE(by_thief.load(), 1) << "the thief never got an answer";
+  EXPECT_EQ(victim()->sparks.request.load(), nullptr) << "a request was left behind";
+}
+
+}  // namespace
