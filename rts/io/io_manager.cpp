@@ -132,8 +132,11 @@
 // kGateOpen plus the number of pushers inside:
 //  * enter_gate: fetch_add(1), `acquire` (pairs with start()'s release of
 //    kGateOpen: the loop is initialised).  If kGateOpen was clear it undoes
-//    its count and the caller does without the IO thread (close(2)
-//    directly; an interrupt has nobody to wake);
+//    its count and the caller does without the IO thread: close(2)
+//    directly (if the IO thread still holds a stopped registration of the
+//    fd, its shutdown only removes the number from its own epoll set, where
+//    no other file of the loop can have it), and an interrupt has nobody
+//    to wake (every waiter has been killed);
 //  * leave_gate: fetch_sub(1), `release`: the push and its uv_async_send
 //    happen before shutdown's acquire load that sees the word at zero;
 //  * shutdown() clears kGateOpen (fetch_and, acq_rel), then waits, yielding,

@@ -3,7 +3,7 @@
 //
 // This is the only interface to libuv in capstan: nothing else includes
 // <uv.h> except the IO manager's own files (io_thread.hpp).  The public API
-// of capstan/io.hpp is defined in io_manager.cpp; capstan::net (lib/net.cpp)
+// of capstan/io.hpp is defined in entry_points.cpp; capstan::net (lib/net.cpp)
 // is built on these functions and includes no other rts header.  See
 // io_manager.cpp for the design (Note [One IO thread], Note [No lost
 // wake-ups]) and docs/io.md.

@@ -1,7 +1,8 @@
-// io_thread.hpp - the IO manager's internal structures, shared by its three
-// files: io_manager.cpp (life cycle, the loop thread, the request queue and
-// the entry points), timers.cpp (the timer heap) and fd_waits.cpp (poll
-// handles, fd waits, close and interrupt).
+// io_thread.hpp - the IO manager's internal structures, shared by its
+// files: io_manager.cpp (life cycle, the loop thread, the request queue,
+// completing requests), timers.cpp (the timer heap), fd_waits.cpp (poll
+// handles, fd waits, close and interrupt) and entry_points.cpp (the calls
+// that build and push requests).
 //
 // A green thread that sleeps or waits for an fd allocates a Request, pushes
 // its `submit` message to the IO thread and parks on the Request's one-shot

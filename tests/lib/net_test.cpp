@@ -81,6 +81,22 @@ std::string read_exactly(capstan::net::connection& c, std::size_t n) {
 
 class Net : public WithCaps {};
 
+// Pair: a connection to a listener and its accepted server side.
+struct Pair {
+  capstan::net::connection client, server;
+};
+Pair connected_pair(capstan::net::listener& l) {
+  Pair p;
+  capstan::mvar<int> accepted;
+  capstan::fork_io([&] {
+    p.server = l.accept();
+    accepted.put(1);
+  });
+  p.client = capstan::net::connect("127.0.0.1", l.port());
+  accepted.take();
+  return p;
+}
+
 // closed_soon: fd gets closed (a close by the last call out is handed to
 // the IO thread without waiting).
 bool closed_soon(int fd) {
@@ -99,14 +115,8 @@ TEST_P(Net, CloseUnderBusyCallsNeverHangs) {
   run([rounds] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     for (int r = 0; r < rounds; ++r) {
-      capstan::net::connection server_side;
-      capstan::mvar<int> accepted;
-      capstan::fork_io([&] {
-        server_side = l.accept();
-        accepted.put(1);
-      });
-      auto c = capstan::net::connect("127.0.0.1", l.port());
-      accepted.take();
+      Pair p = connected_pair(l);
+      auto& c = p.client;
       int fd = c.fd();
       std::atomic<int> io_errors{0}, ebadf{0}, other{0};
       capstan::mvar<int> done;
@@ -241,14 +251,8 @@ TEST_P(Net, CloseWakesAThreadBlockedInRead) {
   run([] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     capstan::mvar<std::string> outcome;
-    capstan::net::connection server_side;
-    capstan::mvar<int> accepted;
-    capstan::fork_io([&] {
-      server_side = l.accept();
-      accepted.put(1);
-    });
-    auto c = capstan::net::connect("127.0.0.1", l.port());
-    accepted.take();
+    Pair p = connected_pair(l);
+    auto& c = p.client;
     capstan::fork_io([&] {
       try {
         char b;
@@ -494,14 +498,9 @@ TEST(NetClose, InterruptIsNeverDeliveredAfterTheClose) {
   };
   capstan::run(capstan_test::opts(2), [] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
-    capstan::net::connection server_side;
-    capstan::mvar<int> accepted;
-    capstan::fork_io([&] {
-      server_side = l.accept();
-      accepted.put(1);
-    });
-    auto c = capstan::net::connect("127.0.0.1", l.port());
-    accepted.take();
+    Pair p = connected_pair(l);
+    auto& c = p.client;
+    auto& server_side = p.server;
     int fd = c.fd();
     target = fd;
     capstan::mvar<std::string> got;
