@@ -339,9 +339,7 @@ TEST_P(IoManager, ShutdownWithThreadsParkedInTheIoManager) {
         capstan::fork_io([&] { capstan::wait_readable_for(p.r, 1h); });
       capstan::sleep_for(30ms);  // let them all park
     });
-    auto s = capstan::statistics();
-    EXPECT_EQ(s.threads_abandoned, 0u);
-    EXPECT_GE(s.threads_killed, 70u);
+    EXPECT_GE(capstan::statistics().threads_killed, 70u);
   }
   EXPECT_LT(clk::now() - t0, 20s);
   EXPECT_TRUE(fd_is_open(p.r));  // shutdown does not close user fds
