@@ -101,14 +101,16 @@ TEST_P(SafeCall, OthersRunDuringTheCall) {
 
 // Note [Returning from a safe call]: with a timeslice far longer than the
 // test, the returning caller still gets back in while the computing thread
-// is running (it would otherwise wait for the slice to end).
-// The call returns only once the spinner computes (holds the capability).
+// is running (it would otherwise wait for the slice to end).  The call
+// returns only once the spinner computes (holds the capability); the slice
+// outlasts the spinner's failure guard.
 class SafeCallPriority : public RuntimeTest {};
 
 TEST_F(SafeCallPriority, ReturningCallerGoesFirst) {
-  options o = capstan_test::opts(1, std::chrono::microseconds(30'000'000));
+  options o = capstan_test::opts(1, 4 * capstan_test::kWaitGuard);
   run(o, [] {
     std::atomic<bool> in_call{false}, spinning{false}, resumed{false};
+    bool call_saw_spinner = false;
     mvar<bool> spinner_saw_resume;
     fork_io([&] {
       while (!in_call.load()) yield();
@@ -124,12 +126,13 @@ TEST_F(SafeCallPriority, ReturningCallerGoesFirst) {
     fork_io([&] {
       safe_call([&] {
         in_call = true;
-        os_wait_until([&] { return spinning.load(); });
+        call_saw_spinner = os_wait_until([&] { return spinning.load(); });
       });
       resumed = true;
       caller_done.put(1);
     });
     caller_done.take();
+    EXPECT_TRUE(call_saw_spinner) << "the other thread did not run during the call";
     EXPECT_TRUE(spinner_saw_resume.take())
         << "the caller did not get its capability back while another thread computed";
   });
