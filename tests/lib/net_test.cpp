@@ -353,7 +353,6 @@ TEST_P(Net, ShutdownWithConnectionsBlockedInRead) {
     l.close();
     stopped.take();
   });
-  EXPECT_EQ(capstan::statistics().threads_abandoned, 0u);
 }
 
 // highest_open_fd: the largest fd number open in this process.

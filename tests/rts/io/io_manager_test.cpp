@@ -370,9 +370,7 @@ TEST_P(IoManager, ShutdownWithThreadsParkedInTheIoManager) {
         capstan::fork_io([&] { capstan::wait_readable_for(p.r, 1h); });
       EXPECT_TRUE(wait_parked(70));  // let them all park
     });
-    auto s = capstan::statistics();
-    EXPECT_EQ(s.threads_abandoned, 0u);
-    EXPECT_GE(s.threads_killed, 70u);
+    EXPECT_GE(capstan::statistics().threads_killed, 70u);
   }
   EXPECT_LT(clk::now() - t0, kDeadline);
   EXPECT_EQ(capstan::rts::io_parked(), 0u);  // every request finished or dropped
