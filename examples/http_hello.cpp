@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
     auto l = capstan::net::listener::listen("127.0.0.1", static_cast<std::uint16_t>(port));
     fmt::print("listening on 127.0.0.1:{}\n", l.port());
     std::fflush(stdout);
+    // accept waits out a lack of fds (a flood past `ulimit -n`) with a
+    // back-off and keeps serving: docs/io.md, "Accept back-off".
     for (;;) {
       capstan::fork_io([c = l.accept()]() mutable {
         try {

@@ -27,7 +27,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <system_error>
@@ -36,8 +40,7 @@
 #include "capstan/detail/bridge.hpp"
 #include "capstan/io.hpp"
 #include "capstan/thread.hpp"
-#include "io/io_manager.hpp"
-#include "schedule/schedule.hpp"
+#include "io/io_manager.hpp"  // the one rts interface net uses
 
 namespace capstan::net {
 namespace {
@@ -50,13 +53,8 @@ namespace {
   throw std::system_error(err, std::generic_category(), what);
 }
 
-bool on_green_thread() {
-  rts::Task* t = rts::my_task();
-  return t && t->cap && t->cap->current;
-}
-
 void close_socket(int fd) {
-  if (on_green_thread()) rts::io_close_fd(fd); else rts::io_close_fd_nowait(fd);
+  if (rts::io_on_green_thread()) rts::io_close_fd(fd); else rts::io_close_fd_nowait(fd);
 }
 
 // Note [Closing under a blocked call]
@@ -72,13 +70,19 @@ void close_socket(int fd) {
 //    set, and out when it returns or unwinds; the last one out after a
 //    close() closes the fd (io_close_fd_nowait: it may be unwinding);
 //  * close() sets kClosed.  With no call counted in it closes the fd itself
-//    (close_fd).  Otherwise it sends io_interrupt_fd, which wakes the calls
-//    parked on the fd with io_error and fails their later waits (Note
-//    [Interrupted fds] in rts/io/io_manager.cpp); the fd stays open, so its
-//    number cannot be reused, until the last call counts itself out;
+//    (close_fd).  Otherwise it counts itself in (in the same CAS) and sends
+//    io_interrupt_fd, which wakes the calls parked on the fd with io_error
+//    and fails their later waits (Note [Interrupted fds] in
+//    rts/io/fd_waits.cpp), then counts itself out like a call.  The fd stays
+//    open, so its number cannot be reused, until the last call counts
+//    itself out; as close() is one of the calls until its interrupt is
+//    pushed, the close is always pushed after the interrupt (otherwise a
+//    call ending first could close the fd before the interrupt arrived, and
+//    the interrupt would then fail every wait on the next file given that
+//    number);
 //  * a call re-checks kClosed after each wait or yield (wait_ready).
-// Orderings: count-in (CAS), count-out (fetch_sub) and close()'s fetch_or
-// are acq_rel read-modify-writes of one word, so exactly one of them sees
+// Orderings: count-in (CAS), count-out (fetch_sub) and close()'s CAS are
+// acq_rel read-modify-writes of one word, so exactly one of them sees
 // "closed, no calls" and closes the fd, after every other call is done with
 // it.  A call starts the IO manager (io_start) before counting in, so a
 // close() that sees the count synchronises with the count-in and sees the
@@ -88,7 +92,7 @@ void close_socket(int fd) {
 class user {
  public:
   user(std::atomic<unsigned>& use) : use_(use) {
-    if (on_green_thread()) rts::io_start();  // before counting in: see the Note
+    if (rts::io_on_green_thread()) rts::io_start();  // before counting in: see the Note
     unsigned s = use.load(std::memory_order_relaxed);
     do {
       if (s & detail::kClosed) return;
@@ -125,10 +129,22 @@ int enter(user& u, int fd, const char* what, const char* noun) {
 
 // close_use is close() of a connection or listener: see the Note.
 void close_use(std::atomic<unsigned>& use, int fd) {
-  unsigned old = use.fetch_or(detail::kClosed, std::memory_order_acq_rel);
-  if (old & detail::kClosed) return;  // idempotent
-  if (old == 0) close_socket(fd);     // nobody uses it
-  else rts::io_interrupt_fd(fd);      // the last call out closes it
+  unsigned old = use.load(std::memory_order_relaxed);
+  unsigned next;
+  do {
+    if (old & detail::kClosed) return;  // idempotent
+    // Nobody uses it: closed.  Otherwise: closed, and we are a call.
+    next = old == 0 ? detail::kClosed : (old | detail::kClosed) + 1;
+    // acq_rel: see the Note.  relaxed on failure: we retry with old.
+  } while (!use.compare_exchange_weak(old, next, std::memory_order_acq_rel,
+                                      std::memory_order_relaxed));
+  if (old == 0) {
+    close_socket(fd);
+    return;
+  }
+  rts::io_interrupt_fd(fd);  // before we count out: see the Note
+  if (use.fetch_sub(1, std::memory_order_acq_rel) == (detail::kClosed | 1))
+    rts::io_close_fd_nowait(fd);  // every call left while we interrupted
 }
 
 // Note [Retry before registering]
@@ -143,18 +159,12 @@ void close_use(std::atomic<unsigned>& use, int fd) {
 // it in the IO manager.  At most one extra system call per wait, and no
 // spinning: a thread never yields twice for one operation.  (GHC always
 // registers, but its registration is an epoll_ctl from the calling thread.)
-bool others_runnable() {
-  rts::Task* t = rts::my_task();
-  return t && t->cap && t->cap->current &&
-         (!t->cap->run_queue.empty() || t->cap->inbox.maybe_nonempty());
-}
-
 // wait_ready parks until fd may be ready again: Note [Retry before
 // registering]; io_error if the socket was closed meanwhile (Note [Closing
 // under a blocked call]).
 void wait_ready(int fd, bool writable, bool& retried, const char* what,
                 const std::atomic<unsigned>& use) {
-  if (!retried && others_runnable()) {
+  if (!retried && rts::io_others_runnable()) {
     retried = true;
     capstan::yield();
   } else {
@@ -174,6 +184,30 @@ struct addrinfo_deleter {
   void operator()(addrinfo* a) const { ::freeaddrinfo(a); }
 };
 using addrinfo_ptr = std::unique_ptr<addrinfo, addrinfo_deleter>;
+
+// Note [Accept back-off]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// accept(2) fails with EMFILE or ENFILE when the process or the system has
+// no fd left, and with ENOBUFS or ENOMEM when the kernel is short of
+// memory.  These are transient - the connection stays in the listen queue,
+// and fds come back as other connections close - and a server must survive
+// them (a connection flood past `ulimit -n` ended the examples with an
+// uncaught std::system_error).  So listener::accept retries them itself:
+// it sleeps (parking only its green thread) 5 ms, doubling up to 100 ms
+// while the error lasts, as Go's net/http server does, and reports the
+// first such error of the process on stderr (once: a flood would print
+// thousands of lines); detail::accept_retries() counts them all.
+// ECONNABORTED and EPROTO (the client gave up before we accepted) and EINTR
+// retry at once, silently.  Retrying inside accept rather than throwing a
+// distinguishable error keeps the idiomatic accept loop (net.hpp) correct
+// as written; every other error still throws.  A close() of the listener
+// during the sleep is seen when the sleep ends (io_error, as for a wait).
+std::atomic<std::uint64_t> accept_retry_count{0};
+std::atomic<bool> accept_retry_reported{false};
+
+bool resource_shortage(long err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
 
 addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
                      const char* what) {
@@ -202,6 +236,10 @@ addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
 // ---------------------------------------------------------------- socket_fd
 
 namespace detail {
+
+std::uint64_t accept_retries() noexcept {
+  return accept_retry_count.load(std::memory_order_relaxed);
+}
 
 socket_fd& socket_fd::operator=(socket_fd&& o) noexcept {
   if (this != &o) {
@@ -341,6 +379,7 @@ connection listener::accept() {
   user u(s_.use);
   int lfd = enter(u, s_.fd, what, "listener");
   bool retried = false;
+  auto backoff = std::chrono::milliseconds(5);  // Note [Accept back-off]
   for (;;) {
     long fd = sys_result(::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (fd >= 0) {
@@ -350,6 +389,20 @@ connection listener::accept() {
     }
     // Transient: the client gave up, or a signal.  Retry at once.
     if (fd == -EINTR || fd == -ECONNABORTED || fd == -EPROTO) continue;
+    if (resource_shortage(-fd)) {  // Note [Accept back-off]
+      accept_retry_count.fetch_add(1, std::memory_order_relaxed);  // a statistic
+      if (!accept_retry_reported.exchange(true, std::memory_order_relaxed))
+        fmt::print(stderr,
+                   "{}(fd {}): {}; retrying after 5 ms, backing off up to 100 ms while it "
+                   "lasts (reported once)\n",
+                   what, lfd, std::strerror(static_cast<int>(-fd)));
+      capstan::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+      if (s_.use.load(std::memory_order_relaxed) & detail::kClosed)
+        throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what,
+                                   lfd));
+      continue;
+    }
     if (fd != -EAGAIN && fd != -EWOULDBLOCK)
       fail(static_cast<int>(-fd), fmt::format("{}(fd {})", what, lfd));
     wait_ready(lfd, false, retried, what, s_.use);

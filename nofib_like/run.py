@@ -3,6 +3,7 @@
 
     python3 nofib_like/run.py --build-dir build [--reps 5] [--quick]
         [--only prog,prog] [--no-ghc] [--markdown FILE] [--timeout SECONDS]
+        [--dry-run]
 
 Every benchmark prints exactly one line on stdout:
 
@@ -13,8 +14,9 @@ The first key after n= (the program's first argument) is the primary
 metric, a number; any others are secondary: numbers, slash-separated number
 tuples such as sparks=<created>/<converted>/<overflowed>/<dud>/<gcd>/<fizzled>
 (medians are taken element by element), or "na".  All numeric metrics are "lower is
-better", except those in HIGHER_IS_BETTER (e.g. bfs's ratio = seq_ms / ms,
-a speed-up, and http's req_per_s).
+better", except a benchmark's higher_is_better ones (e.g. bfs's ratio =
+seq_ms / ms, a speed-up, and http's req_per_s).  BENCHMARKS holds one
+Benchmark record per row of the table, with everything known about it.
 `http` runs nofib_like/http.py (wrk against examples/http_hello, or the
 Warp twin haskell/http_warp.hs when ghc has the warp package).  For the spark
 programs the table also shows the speed-up of -N2 over -N1 (median at -N1 /
@@ -23,8 +25,9 @@ arguments (e.g. parfib 32 2 and parfib 38 20); each is its own row.  The
 C++ programs live in <build-dir>/nofib_like/<prog>; the Haskell twins
 (nofib_like/haskell/*.hs) are compiled into <build-dir>/nofib_like/haskell/
 when ghc is available; a twin that calls C (the foreign-call programs)
-is compiled together with the C files listed in TWIN_C_SOURCES, with the
-extra ghc flags of TWIN_FLAGS.
+is compiled together with its benchmark's twin_c_sources, with the extra
+ghc flags of its twin_flags.  --dry-run prints the commands (ghc builds and
+benchmark runs) without running them.
 
 A failed check, a crash, a timeout or a missing binary shows up as FAIL in
 the table, and makes the runner exit with status 1 after printing everything.
@@ -33,6 +36,7 @@ Runs are strictly sequential.
 
 import argparse
 import datetime
+from dataclasses import dataclass
 import shlex
 import shutil
 import signal
@@ -43,93 +47,105 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# (program, default arguments, --quick arguments), in the order they are run.
-# Arguments are a size or a tuple whose first element is the size (n=).
-PROGRAMS = [
-    ("switch", 10_000_000, 1_000_000),
-    ("pingpong", 2_000_000, 200_000),
-    ("threads001", 1_000_000, 100_000),
-    ("ring", 10_000_000, 1_000_000),
-    ("parked", 1_000_000, 100_000),
-    ("idle", 5, 1),
-    ("parfib", (32, 2), (25, 2)),          # n, threshold
-    ("parfib", (38, 20), (30, 12)),
-    ("nqueens", (12, 3), (10, 3)),         # n, spark depth
-    ("mergesort", (5_000_000, 10_000), (500_000, 10_000)),  # n, cutoff
-    ("balanced", 1024, 128),               # tasks
-    ("imbalanced", 1024, 128),
-    ("heat", (512, 400), (128, 100)),      # n, steps
-    ("bfs", (1_000_000, 16), (100_000, 16)),  # n, out-degree
-    ("sieve", 2_000_000, 200_000),
-    # Foreign calls.
-    ("safecall", (5_000_000, 1), (500_000, 1)),   # calls, green threads
-    ("safecall", (20_000_000, 2), (2_000_000, 2)),  # long enough for the OS to spread the threads
-    ("overlap", 10, 3),                    # blocking 200 ms calls
-    ("callback001", (10_000, 4), (1_000, 4)),  # in-calls per OS thread, OS threads
-    ("callback002", 100_000, 10_000),      # in-calls (and condvar round trips)
-    ("boundpingpong", 200_000, 20_000),
-    # IO manager.
-    ("delay", 100_000, 100_000),           # threads, each sleeping 1 ms
-    ("http", (64, 10), (64, 2)),           # wrk connections, seconds
-    ("http", (1000, 10), (1000, 2)),
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One row of the table: a program at one size, and what run.py needs
+    to know to run it, build its Haskell twin and show its results."""
+    name: str          # the program, nofib_like/<name>.cpp
+    args: tuple        # its arguments; the first is the size (n=)
+    quick_args: tuple  # its arguments under --quick
+    metric: str        # primary metric: the programs' own output takes
+                       # precedence, this only labels a row whose runs all failed
+    higher_is_better: tuple = ()  # metrics where higher is better; every
+                                  # other one is lower is better
+    spark: bool = False  # built on sparks: the row shows the -N2 over -N1 speed-up
+    min_reps: int = 0    # noisy: never fewer repetitions than this
+    binary: str = ""     # the C++ program, relative to the build directory
+                         # (default nofib_like/<name>)
+    driver: Path = None  # run through this script, given the binary as
+                         # --server, instead of running the binary itself
+    twin: str = ""       # its Haskell twin haskell/<twin>.hs (default <name>)
+    twin_packages: tuple = ()   # ghc packages the twin needs (skipped, not
+                                # failed, when one is missing)
+    twin_c_sources: tuple = ()  # C files (relative to nofib_like/) that ghc
+                                # compiles and links into the twin
+    twin_flags: tuple = ()      # extra ghc flags for the twin
+
+    def run_args(self, quick):
+        """The arguments of one run, as strings."""
+        return tuple(str(a) for a in (self.quick_args if quick else self.args))
+
+    def binary_in(self, build_dir):
+        return build_dir / (self.binary or f"nofib_like/{self.name}")
+
+    def twin_source(self):
+        return self.twin or self.name
+
+
+# http.py starts the server (examples/http_hello, or the Warp twin) and
+# drives it with wrk.
+HTTP = dict(binary="examples/http_hello", driver=HERE / "http.py",
+            twin="http_warp", twin_packages=("warp",),
+            higher_is_better=("req_per_s",))
+
+# Every benchmark, in the order they are run.  A program may appear several
+# times with different arguments (each is its own row).
+BENCHMARKS = [
+    Benchmark("switch", (10_000_000,), (1_000_000,), "ns_per_switch"),
+    Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", min_reps=7),
+    Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread"),
+    Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop"),
+    Benchmark("parked", (1_000_000,), (100_000,), "bytes_per_thread"),
+    Benchmark("idle", (5,), (1,), "cpu_percent"),
+    # n, threshold
+    Benchmark("parfib", (32, 2), (25, 2), "ms", spark=True),
+    Benchmark("parfib", (38, 20), (30, 12), "ms", spark=True),
+    # n, spark depth
+    Benchmark("nqueens", (12, 3), (10, 3), "ms", spark=True),
+    # n, cutoff
+    Benchmark("mergesort", (5_000_000, 10_000), (500_000, 10_000), "ms", spark=True),
+    # tasks
+    Benchmark("balanced", (1024,), (128,), "ms", spark=True),
+    Benchmark("imbalanced", (1024,), (128,), "ms", spark=True),
+    # n, steps
+    Benchmark("heat", (512, 400), (128, 100), "ms", spark=True),
+    # n, out-degree; ratio = seq_ms / ms, a speed-up
+    Benchmark("bfs", (1_000_000, 16), (100_000, 16), "ms", spark=True,
+              higher_is_better=("ratio",)),
+    Benchmark("sieve", (2_000_000,), (200_000,), "ms", spark=True),
+    # Foreign calls.  safecall: calls, green threads; its twin's callee is
+    # the very C file the C++ program links.
+    Benchmark("safecall", (5_000_000, 1), (500_000, 1), "added_ns",
+              twin_c_sources=("ffi_nop.c",)),
+    # Long enough for the OS to spread the threads; 2 green threads:
+    # calls/s against 1 thread.
+    Benchmark("safecall", (20_000_000, 2), (2_000_000, 2), "scaling",
+              higher_is_better=("scaling",), twin_c_sources=("ffi_nop.c",)),
+    # Blocking 200 ms calls.  The twin's computing thread never allocates,
+    # so without -fno-omit-yields it would pass no safe point at all (the
+    # C++ program calls yield_point() instead).
+    Benchmark("overlap", (10,), (3,), "return_latency_us",
+              higher_is_better=("overlap_percent", "work_percent"),
+              twin_c_sources=("haskell/overlap_stubs.c",),
+              twin_flags=("-fno-omit-yields",)),
+    # In-calls per OS thread, OS threads; the stubs are the pthreads that
+    # call the twins' foreign exports.
+    Benchmark("callback001", (10_000, 4), (1_000, 4), "ns_per_incall",
+              twin_c_sources=("haskell/callback001_stubs.c",)),
+    # In-calls (and condvar round trips).
+    Benchmark("callback002", (100_000,), (10_000,), "ratio",
+              twin_c_sources=("haskell/callback002_stubs.c",)),
+    Benchmark("boundpingpong", (200_000,), (20_000,), "ns_per_handoff",
+              twin_c_sources=("haskell/boundpingpong_stubs.c",)),
+    # IO manager.  delay: threads, each sleeping 1 ms; http: wrk
+    # connections, seconds.
+    Benchmark("delay", (100_000,), (100_000,), "ms"),
+    Benchmark("http", (64, 10), (64, 2), "req_per_s", **HTTP),
+    Benchmark("http", (1000, 10), (1000, 2), "req_per_s", **HTTP),
 ]
-# Programs run through a driver script instead of a binary of their own:
-# http.py starts the server (examples/http_hello, or the GHC twin) and
-# drives it with wrk.  Its twin is haskell/<TWIN_SOURCE>.hs, needing the
-# packages in TWIN_PACKAGES (skipped, not failed, when they are missing).
-DRIVERS = {"http": HERE / "http.py"}
-TWIN_SOURCE = {"http": "http_warp"}
-TWIN_PACKAGES = {"http": ["warp"]}
-# Primary metric of each program; the programs' own output takes precedence,
-# this only labels rows whose runs all failed.
-PRIMARY = {"switch": "ns_per_switch", "pingpong": "ns_per_handoff",
-           "threads001": "ns_per_thread", "ring": "ns_per_hop",
-           "parked": "bytes_per_thread", "idle": "cpu_percent",
-           "parfib": "ms", "nqueens": "ms", "mergesort": "ms",
-           "balanced": "ms", "imbalanced": "ms", "heat": "ms", "bfs": "ms",
-           "sieve": "ms", "delay": "ms", "http": "req_per_s",
-           "safecall": "added_ns",
-           "overlap": "return_latency_us",
-           "callback001": "ns_per_incall",
-           "callback002": "ratio",
-           "boundpingpong": "ns_per_handoff",
-           }
-# Rows whose primary metric is not their program's, by (program, arguments
-# after the size).
-PRIMARY_BY_ARGS = {
-    ("safecall", ("2",)): "scaling",  # 2 green threads: calls/s vs 1 thread
-}
-# Metrics where higher is better; every other one is lower is better.
-HIGHER_IS_BETTER = {
-    ("bfs", "ratio"),
-    ("safecall", "scaling"),
-    ("overlap", "overlap_percent"),
-    ("overlap", "work_percent"),
-    ("http", "req_per_s"),
-}
-# Programs built on sparks: their rows also show the -N2 over -N1 speed-up.
-SPARK_PROGRAMS = {"parfib", "nqueens", "mergesort", "balanced", "imbalanced",
-                  "heat", "bfs", "sieve"}
 CAPS = (1, 2)
-MIN_REPS = {"pingpong": 7}  # noisy: never fewer repetitions than this
 GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
-# C files (relative to nofib_like/) that ghc compiles and links into a twin:
-# the C functions its `foreign import`s call, and the pthreads that call its
-# `foreign export`s.  safecall's callee is the very file the C++ program links.
-TWIN_C_SOURCES = {
-    "safecall": ["ffi_nop.c"],
-    "overlap": ["haskell/overlap_stubs.c"],
-    "callback001": ["haskell/callback001_stubs.c"],
-    "callback002": ["haskell/callback002_stubs.c"],
-    "boundpingpong": ["haskell/boundpingpong_stubs.c"],
-}
-# Extra ghc flags per twin.
-TWIN_FLAGS = {
-    # overlap's computing thread never allocates, so without
-    # -fno-omit-yields it would pass no safe point at all (the C++ program
-    # calls yield_point() instead).
-    "overlap": ["-fno-omit-yields"],
-}
 GHC_C_FLAGS = ["-optc-O2"]  # for the C files
 
 
@@ -153,11 +169,6 @@ def parse_result(stdout):
     return fields
 
 
-def as_args(spec):
-    """A PROGRAMS size entry as a tuple of argument strings."""
-    return tuple(str(a) for a in (spec if isinstance(spec, tuple) else (spec,)))
-
-
 def row_label(prog, args):
     """Table name of a row: the program, plus its arguments if several."""
     return " ".join((prog,) + args) if len(args) > 1 else prog
@@ -178,19 +189,21 @@ def parse_metric(value):
     return value
 
 
-def command_for(binary, prog, impl):
-    """The command prefix running one program: its binary, or its driver
-    script given the server binary (DRIVERS)."""
-    if prog in DRIVERS:
-        return [sys.executable, str(DRIVERS[prog]), "--server", str(binary), "--impl", impl]
-    return [str(binary)]
+def command_for(binary, bench, impl, args, caps):
+    """The command running one benchmark: its binary, or its driver script
+    given the server binary."""
+    if bench.driver:
+        prefix = [sys.executable, str(bench.driver), "--server", str(binary), "--impl", impl]
+    else:
+        prefix = [str(binary)]
+    return [*prefix, *args, "+RTS", f"-N{caps}", "-RTS"]
 
 
-def run_once(binary, prog, impl, args, caps, timeout):
+def run_once(binary, bench, impl, args, caps, timeout):
     """Run one benchmark; return its metrics {key: value} in printed order:
     the primary one a float, secondaries as parse_metric returns them."""
-    n = args[0]
-    cmd = [*command_for(binary, prog, impl), *args, "+RTS", f"-N{caps}", "-RTS"]
+    prog, n = bench.name, args[0]
+    cmd = command_for(binary, bench, impl, args, caps)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -229,15 +242,15 @@ def run_once(binary, prog, impl, args, caps, timeout):
     return values
 
 
-def run_series(binary, prog, impl, args, caps, reps, timeout):
+def run_series(binary, bench, impl, args, caps, reps, timeout):
     """Run reps times.  Return (list of metric dicts, error or None);
     the series stops at the first failure."""
     results = []
     for i in range(reps):
-        print(f"  {prog:<10} N={caps} {impl:<7} {i + 1}/{reps}",
+        print(f"  {bench.name:<10} N={caps} {impl:<7} {i + 1}/{reps}",
               end="", file=sys.stderr, flush=True)
         try:
-            m = run_once(binary, prog, impl, args, caps, timeout)
+            m = run_once(binary, bench, impl, args, caps, timeout)
         except RunError as e:
             print(f"  FAIL: {e}", file=sys.stderr)
             return results, str(e)
@@ -249,20 +262,21 @@ def run_series(binary, prog, impl, args, caps, reps, timeout):
 
 # ---------------------------------------------------------------- ghc twins
 
-def build_twin(prog, out_dir):
-    """Compile haskell/<prog>.hs if the binary is missing or older.
-    Return the binary's path; raise RunError if compilation fails; return
-    None if a package the twin needs is not installed (TWIN_PACKAGES)."""
-    for pkg in TWIN_PACKAGES.get(prog, []):
+def build_twin(bench, out_dir, dry_run=False):
+    """Compile haskell/<twin>.hs if the binary is missing or older (with
+    dry_run, only print the ghc command).  Return the binary's path; raise
+    RunError if compilation fails; return None if a package the twin needs
+    is not installed (twin_packages)."""
+    for pkg in bench.twin_packages:
         out = subprocess.run(["ghc-pkg", "--simple-output", "list", pkg],
                              capture_output=True, text=True).stdout.strip()
         if not out:
-            print(f"note: ghc package {pkg} not installed; skipping the {prog} twin",
+            print(f"note: ghc package {pkg} not installed; skipping the {bench.name} twin",
                   file=sys.stderr)
             return None
-    prog = TWIN_SOURCE.get(prog, prog)
+    prog = bench.twin_source()
     src = HERE / "haskell" / f"{prog}.hs"
-    c_srcs = [HERE / c for c in TWIN_C_SOURCES.get(prog, [])]
+    c_srcs = [HERE / c for c in bench.twin_c_sources]
     exe = out_dir / prog
     for s in [src] + c_srcs:
         if not s.exists():
@@ -270,10 +284,13 @@ def build_twin(prog, out_dir):
     if exe.exists() and all(exe.stat().st_mtime >= s.stat().st_mtime
                             for s in [src] + c_srcs):
         return exe
-    out_dir.mkdir(parents=True, exist_ok=True)
-    flags = GHC_FLAGS + TWIN_FLAGS.get(prog, []) + (GHC_C_FLAGS if c_srcs else [])
+    flags = GHC_FLAGS + list(bench.twin_flags) + (GHC_C_FLAGS if c_srcs else [])
     cmd = ["ghc", *flags, "-outputdir", str(out_dir / f"{prog}.o.d"),
            "-o", str(exe), str(src), *map(str, c_srcs)]
+    if dry_run:
+        print(shlex.join(cmd))
+        return exe
+    out_dir.mkdir(parents=True, exist_ok=True)
     print("  " + shlex.join(cmd), file=sys.stderr)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -327,8 +344,8 @@ def cell(series, key):
 
 def speedup(cells, row, impl, primary):
     """Median at -N1 / median at -N2 of the primary metric, as text."""
-    one = cells.get((row[0], row[1], 1), {}).get(impl, ([], None))
-    two = cells.get((row[0], row[1], 2), {}).get(impl, ([], None))
+    one = cells.get((*row, 1), {}).get(impl, ([], None))
+    two = cells.get((*row, 2), {}).get(impl, ([], None))
     a, b = median(one, primary), median(two, primary)
     if not isinstance(a, float) or not isinstance(b, float) or not b:
         return "FAIL" if one[1] or two[1] else "-"
@@ -336,12 +353,12 @@ def speedup(cells, row, impl, primary):
 
 
 def table_rows(cells, have_ghc, with_speedup):
-    """cells: {(prog, args, caps): {impl: (results, error)}} -> list of row
-    lists.  A series that was not run (no ghc) is ([], None).  with_speedup
-    adds the -N2/-N1 speed-up column, filled in the -N2 rows of the spark
-    programs."""
+    """cells: {(benchmark, args, caps): {impl: (results, error)}} -> list
+    of row lists.  A series that was not run (no ghc) is ([], None).
+    with_speedup adds the -N2/-N1 speed-up column, filled in the -N2 rows of
+    the spark programs."""
     rows = []
-    for (prog, args, caps), by_impl in cells.items():
+    for (bench, args, caps), by_impl in cells.items():
         cap = by_impl["capstan"]
         ghc = by_impl.get("ghc", ([], None))
         # Metric names as printed by the programs; the expected primary
@@ -349,8 +366,7 @@ def table_rows(cells, have_ghc, with_speedup):
         keys = []
         for results, _ in (cap, ghc):
             keys += [k for k in (results[0] if results else []) if k not in keys]
-        primary = keys[0] if keys else PRIMARY_BY_ARGS.get((prog, args[1:]),
-                                                            PRIMARY[prog])
+        primary = keys[0] if keys else bench.metric
 
         cap_range = "FAIL" if cap[1] else "-"
         if median(cap, primary) is not None:
@@ -366,14 +382,14 @@ def table_rows(cells, have_ghc, with_speedup):
         extra = " ".join(f"{k}={cell(cap, k)}"
                          + (f"/{cell(ghc, k)}" if have_ghc and cell(ghc, k) != "na" else "")
                          for k in keys[1:])
-        row = [row_label(prog, args), primary, str(caps), cell(cap, primary),
+        row = [row_label(bench.name, args), primary, str(caps), cell(cap, primary),
                cap_range, cell(ghc, primary), ratio]
         if with_speedup:
             up = ""
-            if prog in SPARK_PROGRAMS and caps == 2:
-                up = speedup(cells, (prog, args), "capstan", primary)
+            if bench.spark and caps == 2:
+                up = speedup(cells, (bench, args), "capstan", primary)
                 if have_ghc:
-                    up += "/" + speedup(cells, (prog, args), "ghc", primary)
+                    up += "/" + speedup(cells, (bench, args), "ghc", primary)
             row.append(up)
         rows.append(row + [extra])
     return rows
@@ -435,25 +451,28 @@ def main():
                     help="small sizes and 3 reps, for smoke testing")
     ap.add_argument("--only", default="",
                     help="comma-separated subset of: "
-                         + ",".join(dict.fromkeys(p for p, _, _ in PROGRAMS)))
+                         + ",".join(dict.fromkeys(b.name for b in BENCHMARKS)))
     ap.add_argument("--no-ghc", action="store_true",
                     help="do not build or run the Haskell twins")
     ap.add_argument("--markdown", type=Path, metavar="FILE",
                     help="also write the table as GitHub markdown to FILE")
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds per run (default 300)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the commands (ghc builds, then every run of "
+                         "every benchmark, once per series) and run none")
     args = ap.parse_args()
 
     reps = args.reps if args.reps is not None else (3 if args.quick else 5)
     if reps < 1:
         ap.error("--reps must be at least 1")
-    known = list(dict.fromkeys(p for p, _, _ in PROGRAMS))
+    known = list(dict.fromkeys(b.name for b in BENCHMARKS))
     only = [p for p in args.only.split(",") if p]
     for p in only:
         if p not in known:
             ap.error(f"unknown program {p!r} (known: {', '.join(known)})")
-    programs = [(p, as_args(q if args.quick else d)) for p, d, q in PROGRAMS
-                if not only or p in only]
+    selected = [(b, b.run_args(args.quick)) for b in BENCHMARKS
+                if not only or b.name in only]
 
     bench_dir = args.build_dir / "nofib_like"
     have_ghc = not args.no_ghc and shutil.which("ghc") is not None
@@ -462,40 +481,46 @@ def main():
               file=sys.stderr)
 
     failures = []  # (row label, caps, impl, reason)
-    twins = {}     # prog -> binary path or RunError
+    twins = {}     # program -> binary path or RunError
     if have_ghc:
         print("building Haskell twins", file=sys.stderr)
-        for prog in dict.fromkeys(p for p, _ in programs):
-            try:
-                twins[prog] = build_twin(prog, bench_dir / "haskell")
-            except RunError as e:
-                twins[prog] = e
+        for bench, _ in selected:
+            if bench.name not in twins:
+                try:
+                    twins[bench.name] = build_twin(bench, bench_dir / "haskell",
+                                                   args.dry_run)
+                except RunError as e:
+                    twins[bench.name] = e
 
     cells = {}
-    for prog, prog_args in programs:
-        prog_reps = max(reps, MIN_REPS.get(prog, 0))
-        print(f"{prog} n={' '.join(prog_args)} reps={prog_reps}", file=sys.stderr)
-        if prog in DRIVERS:
-            impls = [("capstan", args.build_dir / "examples" / "http_hello")]
-        else:
-            impls = [("capstan", bench_dir / prog)]
-        if have_ghc and twins[prog] is not None:
-            impls.append(("ghc", twins[prog]))
+    for bench, prog_args in selected:
+        prog_reps = max(reps, bench.min_reps)
+        print(f"{bench.name} n={' '.join(prog_args)} reps={prog_reps}", file=sys.stderr)
+        impls = [("capstan", bench.binary_in(args.build_dir))]
+        if have_ghc and twins[bench.name] is not None:
+            impls.append(("ghc", twins[bench.name]))
         for caps in CAPS:
-            series = cells[(prog, prog_args, caps)] = {}
+            series = cells[(bench, prog_args, caps)] = {}
             for impl, binary in impls:
+                if args.dry_run:
+                    if not isinstance(binary, RunError):
+                        cmd = command_for(binary, bench, impl, prog_args, caps)
+                        print(f"{shlex.join(cmd)}  # x{prog_reps}")
+                    continue
                 if isinstance(binary, RunError):
                     res, err = [], str(binary)
                 elif not binary.exists():
                     res, err = [], f"missing binary {binary}"
                 else:
-                    res, err = run_series(binary, prog, impl, prog_args, caps,
+                    res, err = run_series(binary, bench, impl, prog_args, caps,
                                           prog_reps, args.timeout)
                 if err:
-                    failures.append((row_label(prog, prog_args), caps, impl, err))
+                    failures.append((row_label(bench.name, prog_args), caps, impl, err))
                 series[impl] = (res, err)
+    if args.dry_run:
+        return 0
 
-    with_speedup = any(p in SPARK_PROGRAMS for p, _ in programs)
+    with_speedup = any(b.spark for b, _ in selected)
     rows = table_rows(cells, have_ghc, with_speedup)
     print()
     print(plain_table(rows))
@@ -507,19 +532,24 @@ def main():
 
     if args.markdown:
         cmdline = shlex.join([Path(sys.executable).name] + sys.argv)
-        sizes = ", ".join(f"{p}={' '.join(a)}" for p, a in programs)
+        sizes = ", ".join(f"{b.name}={' '.join(a)}" for b, a in selected)
+        # Every benchmark's, not only the selected ones': the note is the
+        # same on every table.
+        min_reps = {b.name: max(reps, b.min_reps) for b in BENCHMARKS if b.min_reps}
+        higher = sorted({(b.name, m) for b in BENCHMARKS for m in b.higher_is_better})
         text = [
             "# capstan nofib_like benchmarks",
             "",
             f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
             f"- machine: `{command_output(['uname', '-srm'])}`",
             f"- command: `{cmdline}`",
-            f"- reps: {reps} (pingpong: {max(reps, MIN_REPS['pingpong'])}); "
+            f"- reps: {reps} ("
+            + ", ".join(f"{p}: {r}" for p, r in min_reps.items()) + "); "
             f"sizes: {sizes}",
             "- ghc twins: " + (f"ghc {command_output(['ghc', '--numeric-version'])}"
                                if have_ghc else "not run") + "; "
             "all metrics lower is better but "
-            + ", ".join(f"{p}'s {m}" for p, m in sorted(HIGHER_IS_BETTER)) + "; "
+            + ", ".join(f"{p}'s {m}" for p, m in higher) + "; "
             "capstan/ghc = capstan median / ghc median"
             + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else ""),
             "",

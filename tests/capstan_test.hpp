@@ -1,12 +1,17 @@
 // capstan_test.hpp - shared fixtures: run a test body inside the runtime at
-// several capability counts.
+// several capability counts, and check after every run that it shut down
+// cleanly.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <capstan/capstan.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
+#include <thread>
+#include <utility>
 
 namespace capstan_test {
 
@@ -27,15 +32,91 @@ inline capstan::options opts(unsigned caps, std::chrono::microseconds slice = st
   return o;
 }
 
-// WithCaps: a test parameterised over the number of capabilities.
-class WithCaps : public ::testing::TestWithParam<unsigned> {
+// The failure guard of a wait on a condition: generous, so that it only
+// turns a hang into a failure; never a timing claim.
+inline constexpr std::chrono::seconds kWaitGuard{30};
+
+// wait_until polls pred, calling pause() between polls, until it holds;
+// false if kWaitGuard passed first.  os_wait_until pauses with
+// std::this_thread::yield (for an OS thread: a plain one, or inside
+// safe_call); green_wait_until with capstan::yield (for a green thread: the
+// others on its capability run meanwhile).
+template <class Pred, class Pause>
+bool wait_until(Pred pred, Pause pause) {
+  auto end = std::chrono::steady_clock::now() + kWaitGuard;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    pause();
+  }
+  return true;
+}
+template <class Pred>
+bool os_wait_until(Pred pred) {
+  return wait_until(pred, [] { std::this_thread::yield(); });
+}
+template <class Pred>
+bool green_wait_until(Pred pred) {
+  return wait_until(pred, [] { capstan::yield(); });
+}
+
+// CleanTeardown: the run() of the fixtures below.  After every run it
+// checks that the runtime ended cleanly (Note [Shutdown] in
+// rts/shutdown/shutdown.cpp): every thread finished, normally or killed and unwound
+// at shutdown; none is still live, none was abandoned, and every OS thread
+// the runtime made has exited.  It checks after a run that ended with main's
+// exception too, but not after run() refused to start (usage_error).
+class CleanTeardown {
+ protected:
+  template <class F>
+  decltype(auto) run(const capstan::options& o, F&& f) {
+    struct Check {
+      const CleanTeardown* self;
+      ~Check() {
+        if (self) self->check_teardown();
+      }
+    } check{this};
+    try {
+      return capstan::run(o, std::forward<F>(f));
+    } catch (const capstan::usage_error&) {
+      check.self = nullptr;  // refused before starting: there is nothing to check
+      throw;
+    }
+  }
+
+  // For a test that abandons threads on purpose (one that swallows
+  // thread_killed): exactly n threads are abandoned, and so still live,
+  // after each following run.
+  void expect_abandoned(std::uint64_t n) { expected_abandoned_ = n; }
+
+ private:
+  void check_teardown() const {
+    capstan::runtime_statistics s = capstan::statistics();
+    EXPECT_EQ(s.threads_abandoned, expected_abandoned_)
+        << "threads abandoned at shutdown (alive after the grace period)";
+    EXPECT_EQ(s.live_threads, expected_abandoned_)
+        << "threads neither finished nor killed when run() returned (created "
+        << s.threads_created << ", finished " << s.threads_finished << ")";
+    EXPECT_EQ(s.os_threads, 0u) << "runtime-made OS threads still running after run()";
+  }
+
+  std::uint64_t expected_abandoned_ = 0;
+};
+
+// WithCaps: a test parameterised over the number of capabilities; run(f)
+// runs f at that count, run(options, f) with options of the test's own.
+class WithCaps : public ::testing::TestWithParam<unsigned>, protected CleanTeardown {
  protected:
   unsigned caps() const { return GetParam(); }
+  using CleanTeardown::run;
   template <class F>
-  auto run(F&& f) {
-    return capstan::run(opts(caps()), std::forward<F>(f));
+  decltype(auto) run(F&& f) {
+    return run(opts(caps()), std::forward<F>(f));
   }
 };
+
+// RuntimeTest: a test that runs the runtime with options of its own
+// (run(options, f)), with the same check.
+class RuntimeTest : public ::testing::Test, protected CleanTeardown {};
 
 inline std::string caps_name(const ::testing::TestParamInfo<unsigned>& info) {
   return "N" + std::to_string(info.param);

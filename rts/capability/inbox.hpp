@@ -1,24 +1,22 @@
 // inbox.hpp - threads sent to a capability from elsewhere (lock-free MPSC).
 //
-// Any OS thread may push; only the capability's owner takes.  It is a
-// Treiber stack of Threads linked through Thread::link, taken whole with one
-// exchange and reversed into arrival (FIFO) order by the owner.  Taking the
-// whole list at once means the consumer never pops a single node that might
-// be concurrently re-pushed, so there is no ABA problem.
+// Any OS thread may push; only the capability's owner takes.  It is an
+// MpscStack of Threads linked through Thread::link (rts/primitives/
+// mpsc_stack.hpp), taken whole with one exchange and reversed into arrival
+// (FIFO) order by the owner.
 //
-// Memory orderings:
-//  * push: the CAS must be at least `release`, publishing the thread's
-//    fields (its link, its cap) to the consumer; it is `seq_cst` because it
-//    is also the sender's half of Note [Sleeping capabilities] (on x86 and
-//    ARMv8 a seq_cst CAS costs what a release one does).  Failure is
-//    `relaxed`: we retry anyway.
-//  * take_all: the exchange is `acquire`, pairing with push's release.
+// Memory orderings (the primitive states the general ones):
+//  * push: the CAS is `seq_cst`, not only `release`, because it is also the
+//    sender's half of Note [Sleeping capabilities] (on x86 and ARMv8 a
+//    seq_cst CAS costs what a release one does).
+//  * take_all: the `acquire` exchange, pairing with push.
 //  * maybe_nonempty: a `relaxed` peek, only a hint; the sleep protocol uses
 //    nonempty_seq_cst.  See Note [Sleeping capabilities].
 #pragma once
 
 #include <atomic>
 
+#include "primitives/mpsc_stack.hpp"
 #include "thread/thread.hpp"
 
 namespace capstan::rts {
@@ -28,46 +26,20 @@ class Inbox {
   // push_chain pushes first..last (linked through link, in FIFO order).
   void push_chain(Thread* first, Thread* last) {
     // Reverse into LIFO order so that take_all's reversal restores FIFO.
-    Thread* rev = nullptr;
-    Thread* end = last->link;
-    for (Thread* t = first; t != end;) {
-      Thread* n = t->link;
-      t->link = rev;
-      rev = t;
-      t = n;
-    }
-    // now rev == last ... first; `first` is the tail of the reversed chain
-    Thread* h = head_.load(std::memory_order_relaxed);
-    do {
-      first->link = h;
-    } while (!head_.compare_exchange_weak(h, rev, std::memory_order_seq_cst,
-                                          std::memory_order_relaxed));
+    last->link = nullptr;  // the chain may go on in the caller's list: cut it
+    Thread* rev = Stack::reverse(first);  // last ... first
+    stack_.push_chain(rev, first);        // first, now the bottom, links to the old head
   }
-  void push(Thread* t) {
-    Thread* h = head_.load(std::memory_order_relaxed);
-    do {
-      t->link = h;
-    } while (!head_.compare_exchange_weak(h, t, std::memory_order_seq_cst,
-                                          std::memory_order_relaxed));
-  }
-  bool maybe_nonempty() const { return head_.load(std::memory_order_relaxed) != nullptr; }
-  bool nonempty_seq_cst() const { return head_.load(std::memory_order_seq_cst) != nullptr; }
+  void push(Thread* t) { stack_.push(t); }
+  bool maybe_nonempty() const { return stack_.maybe_nonempty(); }
+  bool nonempty_seq_cst() const { return stack_.nonempty_seq_cst(); }
 
   // take_all returns every pushed thread in arrival order, or null.
-  Thread* take_all() {
-    Thread* h = head_.exchange(nullptr, std::memory_order_acquire);
-    Thread* fifo = nullptr;
-    while (h) {
-      Thread* n = h->link;
-      h->link = fifo;
-      fifo = h;
-      h = n;
-    }
-    return fifo;
-  }
+  Thread* take_all() { return stack_.take_all_fifo(); }
 
  private:
-  std::atomic<Thread*> head_{nullptr};
+  using Stack = MpscStack<Thread, &Thread::link, std::memory_order_seq_cst>;
+  Stack stack_;
 };
 
 }  // namespace capstan::rts

@@ -2,11 +2,14 @@
 // threads, on one libuv loop running in a dedicated OS thread.
 //
 // This is the only interface to libuv in capstan: nothing else includes
-// <uv.h>.  The public API (capstan/io.hpp, lib/io.cpp) and capstan::net
-// (lib/net.cpp) are built on these functions.  See io_manager.cpp for the
-// design (Note [One IO thread], Note [No lost wake-ups]) and docs/io.md.
+// <uv.h> except the IO manager's own files (io_thread.hpp).  The public API
+// of capstan/io.hpp is defined in entry_points.cpp; capstan::net (lib/net.cpp)
+// is built on these functions and includes no other rts header.  See
+// io_manager.cpp for the design (Note [One IO thread], Note [No lost
+// wake-ups]) and docs/io.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace capstan::rts {
@@ -39,16 +42,19 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what,
 void io_close_fd(int fd);
 
 // io_close_fd_nowait is io_close_fd without waiting for the close (for
-// destructors, which must not block or throw).  Off a runtime, or when the
-// IO manager has not started, it closes fd directly.
+// destructors, which must not block or throw); any thread.  When the IO
+// manager is not running (off a runtime, before its start, or once its
+// shutdown has begun) it closes fd directly.  It never allocates in a way
+// that can fail (Note [Pushing from any thread]).
 void io_close_fd_nowait(int fd) noexcept;
 
 // io_interrupt_fd wakes every green thread waiting on fd with io_error
 // ("fd N was closed while this thread waited on it") and fails every later
 // wait on fd the same way, until fd is closed with io_close_fd or
-// io_close_fd_nowait.  fd must stay open until then (Note [Interrupted
-// fds]).  Does not wait; any thread.  A no-op when the IO manager has not
-// started: callers make sure a waiter would have started it (io_start).
+// io_close_fd_nowait, which must come after it (Note [Interrupted fds]).
+// Does not wait; any thread; cannot fail.  A no-op when the IO manager is
+// not running: callers make sure a waiter would have started it (io_start),
+// and at shutdown every waiter has been killed.
 void io_interrupt_fd(int fd) noexcept;
 
 // io_start starts the IO thread if this run has none yet; call it on a
@@ -60,5 +66,35 @@ void io_start();
 // the loop.  run_main calls it after the schedulers have stopped; a later
 // run starts a fresh IO thread on first use.  Idempotent.
 void io_shutdown() noexcept;
+
+// io_parked is the number of sleeps, mvar time-outs and fd waits the IO
+// thread has registered and not yet finished: a test waits on it to know
+// that a thread is parked in the IO manager.
+std::size_t io_parked() noexcept;
+
+// For capstan::net (lib/net.cpp), which sees no scheduler internals:
+// io_on_green_thread: is the caller running a green thread?
+// io_others_runnable: does the caller's capability have other threads to
+// run (a hint: Note [Retry before registering] in lib/net.cpp)?
+bool io_on_green_thread() noexcept;
+bool io_others_runnable() noexcept;
+
+// Fault injection for tests; null (the default) injects nothing.  Plain
+// pointers: a test sets one before the calls it affects, on the thread
+// that makes them or before starting the threads that do.
+struct IoTestHooks {
+  // start_fault(step) returns a libuv error (< 0) to make that step of the
+  // IO manager's start fail: "uv_loop_init", "uv_async_init",
+  // "uv_timer_init", "std::thread" (any non-zero value: the thread
+  // constructor throws std::system_error).
+  int (*start_fault)(const char* step) = nullptr;
+  // alloc_fails() true: the heap allocation of an any-thread fd message
+  // fails, so the reserve is used.
+  bool (*alloc_fails)() = nullptr;
+  // admitted() runs in io_close_fd_nowait and io_interrupt_fd after the
+  // push was admitted and before it happens.
+  void (*admitted)() = nullptr;
+};
+extern IoTestHooks io_test_hooks;
 
 }  // namespace capstan::rts

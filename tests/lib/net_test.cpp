@@ -1,21 +1,54 @@
 // net_test.cpp - capstan::net: listen/accept/connect, read/write_all, EOF,
-// close under a blocked thread, errors, and the echo round-trip with 1,000
-// concurrent client connections.
+// close under a blocked thread, errors, the echo round-trip with 1,000
+// concurrent client connections, and accept surviving a lack of fds.
+// Threads known to be parked are waited for with rts::io_parked(), never
+// with a sleep.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "capstan_test.hpp"
+#include "io/io_manager.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using capstan_test::kScale;
 using capstan_test::WithCaps;
+using clk = std::chrono::steady_clock;
+
+constexpr auto kDeadline = 20s;  // failure guard for conditions waited on
+
+// wait_for yields until pred() holds; false if not within kDeadline.
+template <class P>
+bool wait_for(P pred) {
+  auto until = clk::now() + kDeadline;
+  while (!pred()) {
+    if (clk::now() > until) return false;
+    capstan::yield();
+  }
+  return true;
+}
+
+// wait_parked: until at least n requests are parked in the IO manager.
+bool wait_parked(std::size_t n) {
+  return wait_for([n] { return capstan::rts::io_parked() >= n; });
+}
 
 // echo_server: accepts until the listener is closed, one thread per
 // connection echoing until EOF.  Signals `stopped` when accept ends.
@@ -48,14 +81,26 @@ std::string read_exactly(capstan::net::connection& c, std::size_t n) {
 
 class Net : public WithCaps {};
 
-// closed_soon: fd is closed within a second (a close by the last call out
-// is handed to the IO thread without waiting).
+// Pair: a connection to a listener and its accepted server side.
+struct Pair {
+  capstan::net::connection client, server;
+};
+Pair connected_pair(capstan::net::listener& l) {
+  Pair p;
+  capstan::mvar<int> accepted;
+  capstan::fork_io([&] {
+    p.server = l.accept();
+    accepted.put(1);
+  });
+  p.client = capstan::net::connect("127.0.0.1", l.port());
+  accepted.take();
+  return p;
+}
+
+// closed_soon: fd gets closed (a close by the last call out is handed to
+// the IO thread without waiting).
 bool closed_soon(int fd) {
-  for (int i = 0; i < 1000; ++i) {
-    if (::fcntl(fd, F_GETFD) == -1) return true;
-    capstan::sleep_for(1ms);
-  }
-  return false;
+  return wait_for([fd] { return ::fcntl(fd, F_GETFD) == -1; });
 }
 
 // Closing a socket under calls in any state - parked in the IO manager,
@@ -70,14 +115,8 @@ TEST_P(Net, CloseUnderBusyCallsNeverHangs) {
   run([rounds] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     for (int r = 0; r < rounds; ++r) {
-      capstan::net::connection server_side;
-      capstan::mvar<int> accepted;
-      capstan::fork_io([&] {
-        server_side = l.accept();
-        accepted.put(1);
-      });
-      auto c = capstan::net::connect("127.0.0.1", l.port());
-      accepted.take();
+      Pair p = connected_pair(l);
+      auto& c = p.client;
       int fd = c.fd();
       std::atomic<int> io_errors{0}, ebadf{0}, other{0};
       capstan::mvar<int> done;
@@ -186,7 +225,7 @@ TEST_P(Net, LargeWritesParkUntilThePeerReads) {
     capstan::mvar<std::size_t> received;
     capstan::fork_io([&] {
       auto c = l.accept();
-      capstan::sleep_for(50ms);  // the writer fills the buffers and parks
+      EXPECT_TRUE(wait_parked(1));  // the writer fills the buffers and parks
       std::vector<char> buf(65536);
       std::size_t total = 0, sum = 0;
       while (std::size_t k = c.read(buf.data(), buf.size())) {
@@ -212,14 +251,8 @@ TEST_P(Net, CloseWakesAThreadBlockedInRead) {
   run([] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     capstan::mvar<std::string> outcome;
-    capstan::net::connection server_side;
-    capstan::mvar<int> accepted;
-    capstan::fork_io([&] {
-      server_side = l.accept();
-      accepted.put(1);
-    });
-    auto c = capstan::net::connect("127.0.0.1", l.port());
-    accepted.take();
+    Pair p = connected_pair(l);
+    auto& c = p.client;
     capstan::fork_io([&] {
       try {
         char b;
@@ -229,7 +262,7 @@ TEST_P(Net, CloseWakesAThreadBlockedInRead) {
         outcome.put(e.what());
       }
     });
-    capstan::sleep_for(20ms);
+    ASSERT_TRUE(wait_parked(1));  // the reader
     int fd = c.fd();
     c.close();
     EXPECT_EQ(c.fd(), -1);
@@ -255,7 +288,7 @@ TEST_P(Net, CloseWakesAThreadBlockedInRead) {
         outcome.put(e.what());
       }
     });
-    capstan::sleep_for(20ms);
+    ASSERT_TRUE(wait_parked(1));  // the accept
     l.close();
     l.close();  // idempotent
     EXPECT_NE(outcome.take().find("capstan::net::listener::accept"), std::string::npos);
@@ -269,8 +302,8 @@ TEST_P(Net, ErrorsNameTheOperation) {
     {
       auto l = capstan::net::listener::listen("127.0.0.1", 0);
       port = l.port();
+      l.close();  // with no call in flight, closed before close() returns
     }
-    capstan::sleep_for(5ms);  // the destructor's close is asynchronous
     try {
       capstan::net::connect("127.0.0.1", port);
       ADD_FAILURE() << "connect to a closed port succeeded";
@@ -314,13 +347,199 @@ TEST_P(Net, ShutdownWithConnectionsBlockedInRead) {
         c.read(&b, 1);  // the server never writes first: parked until shutdown
       });
     }
-    capstan::sleep_for(50ms);
+    EXPECT_TRUE(wait_parked(41));  // 20 clients, 20 server threads, the accept
     // The accept thread uses our locals: stop it before they go.  The
     // connection threads stay parked in read.
     l.close();
     stopped.take();
   });
-  EXPECT_EQ(capstan::statistics().threads_abandoned, 0u);
+}
+
+// highest_open_fd: the largest fd number open in this process.
+int highest_open_fd() {
+  int hi = -1;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') hi = std::max(hi, std::atoi(e->d_name));
+    }
+    ::closedir(d);
+  }
+  return hi;
+}
+
+// raw_connect: a plain blocking connect on loopback (completes through the
+// listen queue without an accept); -errno on failure.
+int raw_connect(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+// Note [Accept back-off]: with RLIMIT_NOFILE lowered so that the server
+// can accept only a few of the queued connections, accept meets EMFILE;
+// it must back off and retry instead of throwing (which ended the accept
+// loop, and with it the examples, before), and once fds come back the
+// queued connections and a new client are served.
+TEST_P(Net, AcceptSurvivesRunningOutOfFds) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  run([&saved] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    std::uint16_t port = l.port();
+    // Queue connections before anyone accepts.
+    std::vector<int> queued;
+    for (int i = 0; i < 40; ++i) {
+      int fd = raw_connect(port);
+      ASSERT_GE(fd, 0) << "connect: " << std::strerror(-fd);
+      queued.push_back(fd);
+    }
+    // Room for 4 more fds: the accept loop takes them, then meets EMFILE.
+    // Lower the limit, fill every free number below it, give back 4.
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(highest_open_fd() + 1);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    std::vector<int> fillers;
+    for (int fd; (fd = ::dup(l.fd())) >= 0;) fillers.push_back(fd);
+    ASSERT_EQ(errno, EMFILE);
+    for (int i = 0; i < 4 && !fillers.empty(); ++i) {
+      ::close(fillers.back());
+      fillers.pop_back();
+    }
+    std::uint64_t retries_before = capstan::net::detail::accept_retries();
+    std::atomic<bool> accept_died{false};
+    std::string death;
+    capstan::mvar<int> stopped;
+    capstan::fork_io([&] {
+      try {
+        for (;;) {
+          capstan::fork_io([c = l.accept()]() mutable {  // echo until EOF
+            try {
+              char buf[64];
+              while (std::size_t n = c.read(buf, sizeof buf)) c.write_all(buf, n);
+            } catch (const std::system_error&) {
+            }
+          });
+        }
+      } catch (const capstan::io_error&) {  // the listener was closed: the end
+      } catch (const std::exception& e) {
+        death = e.what();
+        accept_died = true;
+      }
+      stopped.put(1);
+    });
+    EXPECT_TRUE(wait_for([&] {
+      return accept_died || capstan::net::detail::accept_retries() > retries_before;
+    })) << "accept never met EMFILE";
+    EXPECT_FALSE(accept_died.load()) << "the accept loop ended: " << death;
+    auto give_back = [&] {
+      for (int fd : queued) ::close(fd);
+      for (int fd : fillers) ::close(fd);
+      queued.clear();
+      fillers.clear();
+    };
+    if (accept_died) {  // nothing more to see
+      give_back();
+      ::setrlimit(RLIMIT_NOFILE, &saved);
+      return;
+    }
+    // Give the fds back: the clients close, their server threads see EOF
+    // and close too, and the accept loop drains the queue.
+    give_back();
+    // A new client, under the same lowered limit, is served.
+    capstan::net::connection c;
+    ASSERT_TRUE(wait_for([&] {
+      try {
+        c = capstan::net::connect("127.0.0.1", port);
+        return true;
+      } catch (const std::system_error& e) {  // no fd for our side yet
+        if (e.code().value() != EMFILE) throw;
+        return false;
+      }
+    }));
+    c.write_all("ping", 4);
+    ASSERT_TRUE(capstan::wait_readable_for(c.fd(), kDeadline)) << "the new client was not served";
+    EXPECT_EQ(read_exactly(c, 4), "ping");
+    EXPECT_FALSE(accept_died.load()) << death;
+    ::setrlimit(RLIMIT_NOFILE, &saved);
+    c.close();
+    l.close();
+    stopped.take();
+  });
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+}
+
+// Note [Interrupted fds]: close() under a call sends io_interrupt_fd, and
+// the last call out closes the fd.  If that call leaves on its own (here:
+// its read got data) while close() is between its count and its
+// interrupt, the close must still reach the IO thread after the interrupt:
+// an interrupt arriving for an already closed number would fail every wait
+// on the next file that reuses the number.  A hook holds close()'s
+// interrupt back until the fd is closed or a second has passed.
+TEST(NetClose, InterruptIsNeverDeliveredAfterTheClose) {
+  static std::atomic<bool> armed{false}, paused{false};
+  static std::atomic<int> target{-1};
+  armed = false;
+  paused = false;
+  capstan::rts::io_test_hooks.admitted = [] {
+    if (!armed.exchange(false)) return;
+    paused = true;
+    auto until = clk::now() + 1s;
+    while (::fcntl(target.load(), F_GETFD) != -1 && clk::now() < until) std::this_thread::yield();
+  };
+  capstan::run(capstan_test::opts(2), [] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    Pair p = connected_pair(l);
+    auto& c = p.client;
+    auto& server_side = p.server;
+    int fd = c.fd();
+    target = fd;
+    capstan::mvar<std::string> got;
+    capstan::fork_io([&] {
+      try {
+        char b = 0;
+        std::size_t n = c.read(&b, 1);
+        got.put(n == 1 ? std::string(1, b) : "eof");
+      } catch (const std::exception& e) {
+        got.put(e.what());
+      }
+    });
+    ASSERT_TRUE(wait_parked(1));  // the reader
+    armed = true;
+    std::thread closer([&] { c.close(); });  // a plain thread: the hook may block it
+    EXPECT_TRUE(wait_for([] { return paused.load(); }));
+    server_side.write_all("x", 1);  // the reader returns on its own
+    std::string r = got.take();
+    EXPECT_TRUE(r == "x" || r.find("was closed") != std::string::npos) << r;
+    closer.join();
+    EXPECT_TRUE(closed_soon(fd));
+    // Files that reuse the number can be waited on.
+    std::vector<int> opened;
+    bool reused = false;
+    for (int i = 0; i < 64 && !reused; ++i) {
+      int p[2];
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
+      opened.insert(opened.end(), {p[0], p[1]});
+      reused = p[0] == fd || p[1] == fd;
+    }
+    ASSERT_TRUE(reused) << "the number was not reused";
+    try {
+      EXPECT_TRUE(capstan::wait_writable_for(fd, kDeadline));  // an idle socket: ready
+    } catch (const capstan::io_error& e) {
+      ADD_FAILURE() << "a wait on a file reusing the number failed: " << e.what();
+    }
+    for (int o : opened) capstan::close_fd(o);
+    l.close();
+  });
+  capstan::rts::io_test_hooks.admitted = nullptr;
 }
 
 CAPSTAN_INSTANTIATE_CAPS(Net);

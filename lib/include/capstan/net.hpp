@@ -50,6 +50,11 @@ struct socket_fd {
   // mutable: listener::port() is a call too.
   mutable std::atomic<unsigned> use{kClosed};
 };
+
+// accept_retries: how many times listener::accept has met a shortage of
+// fds or kernel memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) in this process
+// and retried after a back-off (docs/io.md, "Accept back-off").
+std::uint64_t accept_retries() noexcept;
 }  // namespace detail
 
 // connection is one connected TCP socket (TCP_NODELAY on).  Movable, not
@@ -102,7 +107,11 @@ class listener {
   listener& operator=(const listener&) = delete;
   ~listener() = default;
 
-  // accept parks until a client connects and returns its connection.
+  // accept parks until a client connects and returns its connection.  A
+  // client that gave up first is skipped; a shortage of fds or kernel
+  // memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) is waited out with a back-off
+  // of 5 ms doubling to 100 ms, reported once per process on stderr, so an
+  // accept loop survives a connection flood past `ulimit -n`.
   connection accept();
   // port is the bound port (useful after listen(host, 0)).
   std::uint16_t port() const;

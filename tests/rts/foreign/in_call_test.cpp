@@ -91,10 +91,11 @@ TEST_P(InCall, SixteenForeignThreadsAtOnce) {
     EXPECT_EQ(counter.take(), static_cast<long>(kThreads) * kCalls);
   });
   EXPECT_EQ(statistics().incall_threads, static_cast<std::uint64_t>(kThreads) * kCalls);
-  EXPECT_EQ(statistics().live_threads, 0u);
 }
 
-TEST(InCallMisuse, OutsideARunningRuntimeOrFromAGreenThread) {
+class InCallMisuse : public capstan_test::RuntimeTest {};
+
+TEST_F(InCallMisuse, OutsideARunningRuntimeOrFromAGreenThread) {
   try {
     call_in([] {});
     ADD_FAILURE() << "call_in before run did not throw";
@@ -109,7 +110,9 @@ TEST(InCallMisuse, OutsideARunningRuntimeOrFromAGreenThread) {
 
 // Note [In-calls] at shutdown: an in-call blocked when main returns is killed
 // (call_in rethrows thread_killed), and later calls are refused.
-TEST(InCallShutdown, BlockedInCallIsKilledLaterOnesRefused) {
+class InCallShutdown : public capstan_test::RuntimeTest {};
+
+TEST_F(InCallShutdown, BlockedInCallIsKilledLaterOnesRefused) {
   std::atomic<int> killed{0}, refused{0}, other{0};
   std::thread foreign;
   run(capstan_test::opts(2), [&] {
@@ -142,7 +145,6 @@ TEST(InCallShutdown, BlockedInCallIsKilledLaterOnesRefused) {
   EXPECT_EQ(killed.load(), 1);
   EXPECT_EQ(refused.load(), 1);
   EXPECT_EQ(other.load(), 0);
-  EXPECT_EQ(statistics().live_threads, 0u);
 }
 
 CAPSTAN_INSTANTIATE_CAPS(InCall);

@@ -13,7 +13,9 @@
 #include "capstan_test.hpp"
 
 using namespace capstan;
-using namespace std::chrono_literals;
+using capstan_test::green_wait_until;
+using capstan_test::os_wait_until;
+using capstan_test::RuntimeTest;
 using capstan_test::WithCaps;
 
 namespace {
@@ -35,27 +37,40 @@ TEST_P(SafeCall, ReturnsResultRethrowsAndKeepsErrno) {
     EXPECT_EQ(safe_call([] { return 41 + 1; }), 42);
     EXPECT_THROW(safe_call([]() -> int { throw std::runtime_error("boom"); }), std::runtime_error);
     // With a runnable peer the call hands the capability to a spare and
-    // returns the slow way; errno set by f survives both ways.
+    // returns the slow way; errno set by f survives both ways.  Each call
+    // waits until the peer has run meanwhile, so every call here was one
+    // during which others ran (at -N1: the capability was handed over).
+    std::atomic<long> peer_steps{0};
+    std::atomic<bool> stop{false};
     mvar<int> done;
     fork_io([&] {
-      for (int i = 0; i < 100; ++i) yield();
+      while (!stop.load()) {
+        peer_steps.fetch_add(1);
+        yield();
+      }
       done.put(1);
     });
     for (int i = 0; i < 20; ++i) {
-      safe_call([] {
-        std::this_thread::sleep_for(100us);
+      bool peer_ran = safe_call([&] {
+        long seen = peer_steps.load();
+        bool ran = os_wait_until([&] { return peer_steps.load() > seen; });
         errno = EDOM;
+        return ran;
       });
       EXPECT_EQ(errno, EDOM);
+      EXPECT_TRUE(peer_ran) << "no other thread ran during safe call " << i;
     }
+    stop = true;
     done.take();
     safe_call([] { errno = ERANGE; });
     EXPECT_EQ(errno, ERANGE);
   });
 }
 
-// The overlap property, by counts: a thread blocked in a safe call does not
-// stop another thread on the same (single) capability.
+// The overlap property: a thread blocked in a safe call does not stop
+// another thread on the same capability.  The call returns once the
+// computing thread has made 1000 steps during it; if it could not run, the
+// call waits until kWaitGuard and the test fails.
 TEST_P(SafeCall, OthersRunDuringTheCall) {
   run([] {
     std::atomic<long> ticks{0};
@@ -68,54 +83,64 @@ TEST_P(SafeCall, OthersRunDuringTheCall) {
       }
       worker_done.put(1);
     });
-    mvar<long> progress;
+    mvar<bool> progress;
     fork_on(0, [&] {
-      long before = 0;
-      long during = safe_call([&] {
-        before = ticks.load();
-        std::this_thread::sleep_for(100ms);  // blocks this OS thread only
-        return ticks.load();
+      bool progressed = safe_call([&] {  // blocks this OS thread only
+        long before = ticks.load();
+        return os_wait_until([&] { return ticks.load() >= before + 1000; });
       });
-      progress.put(during - before);
+      progress.put(progressed);
     });
-    long d = progress.take();
+    bool progressed = progress.take();
     stop = true;
     worker_done.take();
-    EXPECT_GT(d, 1000) << "the computing thread made almost no progress while the other "
-                          "thread was blocked in safe_call";
+    EXPECT_TRUE(progressed) << "the computing thread made no progress while the other "
+                               "thread was blocked in safe_call";
   });
 }
 
 // Note [Returning from a safe call]: with a timeslice far longer than the
 // test, the returning caller still gets back in while the computing thread
-// is running (it would otherwise wait for the slice to end).
-TEST(SafeCallPriority, ReturningCallerGoesFirst) {
-  options o = capstan_test::opts(1, std::chrono::microseconds(30'000'000));
+// is running (it would otherwise wait for the slice to end).  The call
+// returns only once the spinner computes (holds the capability); the slice
+// outlasts the spinner's failure guard.
+class SafeCallPriority : public RuntimeTest {};
+
+TEST_F(SafeCallPriority, ReturningCallerGoesFirst) {
+  options o = capstan_test::opts(1, 4 * capstan_test::kWaitGuard);
   run(o, [] {
-    std::atomic<bool> in_call{false}, resumed{false};
+    std::atomic<bool> in_call{false}, spinning{false}, resumed{false};
+    bool call_saw_spinner = false;
     mvar<bool> spinner_saw_resume;
     fork_io([&] {
       while (!in_call.load()) yield();
+      spinning = true;
+      // Only yield_point (a safe point), never a yield: the caller gets back
+      // in only by taking the capability from a computing thread.
       auto start = std::chrono::steady_clock::now();
-      while (!resumed.load() && std::chrono::steady_clock::now() - start < 10s) yield_point();
+      while (!resumed.load() && std::chrono::steady_clock::now() - start < capstan_test::kWaitGuard)
+        yield_point();
       spinner_saw_resume.put(resumed.load());
     });
     mvar<int> caller_done;
     fork_io([&] {
       safe_call([&] {
         in_call = true;
-        std::this_thread::sleep_for(20ms);
+        call_saw_spinner = os_wait_until([&] { return spinning.load(); });
       });
       resumed = true;
       caller_done.put(1);
     });
     caller_done.take();
+    EXPECT_TRUE(call_saw_spinner) << "the other thread did not run during the call";
     EXPECT_TRUE(spinner_saw_resume.take())
         << "the caller did not get its capability back while another thread computed";
   });
 }
 
-TEST(SafeCallSpares, SpareTaskLimitRespected) {
+class SafeCallSpares : public RuntimeTest {};
+
+TEST_F(SafeCallSpares, SpareTaskLimitRespected) {
   options o = capstan_test::opts(1);
   o.max_spare_tasks = 2;
   run(o, [] {
@@ -131,35 +156,47 @@ TEST(SafeCallSpares, SpareTaskLimitRespected) {
       });
     for (int i = 0; i < kCalls; ++i) done.take();
     EXPECT_GE(statistics().tasks_created, static_cast<std::uint64_t>(kCalls));
-    // Extra Tasks exit once they find the spare list full.
+    // Extra Tasks exit once they find the spare list full.  Safe calls
+    // between the polls hand the capability to the Tasks that need it.
     int now = os_threads_now();
-    for (int i = 0; i < 400 && now > base + 2; ++i) {
-      safe_call([] { std::this_thread::sleep_for(5ms); });
-      now = os_threads_now();
-    }
+    green_wait_until([&] {
+      safe_call([] { std::this_thread::yield(); });
+      return (now = os_threads_now()) <= base + 2;
+    });
     EXPECT_LE(now, base + 2) << "more than --spare-tasks=2 spare OS threads were kept";
   });
 }
 
-TEST(SafeCallSpares, NoNewOsThreadPerCallInSteadyState) {
+TEST_F(SafeCallSpares, NoNewOsThreadPerCallInSteadyState) {
   run(capstan_test::opts(1), [] {
     mvar<int> done;
     std::atomic<bool> stop{false};
+    std::atomic<long> peer_steps{0};
     fork_io([&] {
-      while (!stop.load()) yield();
+      while (!stop.load()) {
+        peer_steps.fetch_add(1);
+        yield();
+      }
       done.put(1);
     });
+    int handed_over = 0;
     for (int i = 0; i < 2000 / capstan_test::kScale; ++i)
-      safe_call([] { std::this_thread::sleep_for(20us); });
-    // Every call hands the capability to a spare (a peer is runnable), but
-    // spares are reused: Tasks are made only while the pool fills.
+      handed_over += safe_call([&] {
+        long seen = peer_steps.load();
+        return os_wait_until([&] { return peer_steps.load() > seen; });
+      });
+    EXPECT_EQ(handed_over, 2000 / capstan_test::kScale);
+    // Every call handed the capability to a spare (the peer ran during
+    // each), but spares are reused: Tasks are made only while the pool fills.
     EXPECT_LE(statistics().tasks_created, 1u + options{}.max_spare_tasks + 1u);
     stop = true;
     done.take();
   });
 }
 
-TEST(SafeCallMisuse, RuntimeCallsInsideTheCallAndFromPlainThreads) {
+class SafeCallMisuse : public RuntimeTest {};
+
+TEST_F(SafeCallMisuse, RuntimeCallsInsideTheCallAndFromPlainThreads) {
   run(capstan_test::opts(1), [] {
     try {
       safe_call([] { yield(); });
@@ -172,29 +209,43 @@ TEST(SafeCallMisuse, RuntimeCallsInsideTheCallAndFromPlainThreads) {
 }
 
 // Note [Shutdown]: run() waits for a thread inside a safe call; when the
-// call returns the thread meets thread_killed and unwinds.
-TEST(SafeCallShutdown, RunWaitsForCallsInProgress) {
-  std::atomic<bool> call_finished{false}, unwound{false};
+// call returns the thread meets thread_killed and unwinds.  The call
+// returns only after shutdown has begun: after it killed a sentinel
+// thread blocked for ever.
+class SafeCallShutdown : public RuntimeTest {};
+
+struct SetOnUnwind {
+  std::atomic<bool>* f;
+  ~SetOnUnwind() { f->store(true); }
+};
+
+TEST_F(SafeCallShutdown, RunWaitsForCallsInProgress) {
+  std::atomic<bool> call_finished{false}, unwound{false}, shutdown_began{false};
+  bool call_saw_shutdown = false;
   run(capstan_test::opts(2), [&] {
+    static mvar<int> never;
+    fork_io([&] {
+      SetOnUnwind g{&shutdown_began};
+      never.take();
+    });
+    while (never.waiting() == 0) yield();
     mvar<int> entered;
     fork_io([&] {
-      struct Guard {
-        std::atomic<bool>* f;
-        ~Guard() { f->store(true); }
-      } g{&unwound};
+      SetOnUnwind g{&unwound};
       safe_call([&] {
         entered.try_put(1);
-        std::this_thread::sleep_for(300ms);
+        call_saw_shutdown = os_wait_until([&] { return shutdown_began.load(); });
         call_finished = true;
       });
       for (;;) yield();  // never reached: thread_killed at the call's return
     });
     entered.take();
   });
+  EXPECT_TRUE(call_saw_shutdown) << "shutdown did not begin while a safe call was in progress";
   EXPECT_TRUE(call_finished.load());
   EXPECT_TRUE(unwound.load());
-  EXPECT_EQ(statistics().threads_abandoned, 0u);
-  EXPECT_GE(statistics().threads_killed, 1u);
+  // The fixture checks that neither was abandoned.
+  EXPECT_GE(statistics().threads_killed, 2u);
 }
 
 CAPSTAN_INSTANTIATE_CAPS(SafeCall);

@@ -98,7 +98,9 @@ TEST_P(MVarTimeout, PutRacingTheTimerDeliversExactlyOnce) {
 }
 
 // Shutdown kills a thread parked in take_for promptly (not at its time-out).
-TEST(MVarTimeoutShutdown, ParkedTimedTakerIsKilled) {
+class MVarTimeoutShutdown : public capstan_test::RuntimeTest {};
+
+TEST_F(MVarTimeoutShutdown, ParkedTimedTakerIsKilled) {
   auto t0 = Clock::now();
   run(capstan_test::opts(2), [] {
     static mvar<int> never;
@@ -110,8 +112,7 @@ TEST(MVarTimeoutShutdown, ParkedTimedTakerIsKilled) {
     started.take();
     yield();
   });
-  EXPECT_LT(Clock::now() - t0, 30s);
-  EXPECT_EQ(statistics().threads_abandoned, 0u);
+  EXPECT_LT(Clock::now() - t0, 30s);  // the fixture checks it was killed, not abandoned
 }
 
 CAPSTAN_INSTANTIATE_CAPS(MVarTimeout);

@@ -13,6 +13,9 @@ using capstan_test::WithCaps;
 
 class Sparks : public WithCaps {};
 CAPSTAN_INSTANTIATE_CAPS(Sparks);
+class SparkPool : public capstan_test::RuntimeTest {};
+class SparkSteal : public capstan_test::RuntimeTest {};
+class SparkShutdown : public capstan_test::RuntimeTest {};
 
 long sfib(int n) { return n < 2 ? n : sfib(n - 1) + sfib(n - 2); }
 long pfib(int n, std::atomic<long>* runs) {
@@ -86,11 +89,11 @@ TEST_P(Sparks, DestroyingAnUnforcedSparkNeverRunsIt) {
   }
 }
 
-TEST(SparkPool, AFullPoolOverflowsAndGetRunsTheSparkInline) {
+TEST_F(SparkPool, AFullPoolOverflowsAndGetRunsTheSparkInline) {
   capstan::options o = capstan_test::opts(1);
   o.spark_pool_size = 4;
   int sum = 0;
-  capstan::run(o, [&] {
+  run(o, [&] {
     auto s0 = capstan::par([] { return 1; });
     auto s1 = capstan::par([] { return 2; });
     auto s2 = capstan::par([] { return 3; });
@@ -109,11 +112,11 @@ TEST(SparkPool, AFullPoolOverflowsAndGetRunsTheSparkInline) {
 
 // Forcing sparks oldest-first (a loop of get()s over a batch) must not
 // leave holes that fill the pool: a small pool, many rounds, no overflow.
-TEST(SparkPool, ForcingOldestFirstLeavesNoHoles) {
+TEST_F(SparkPool, ForcingOldestFirstLeavesNoHoles) {
   capstan::options o = capstan_test::opts(1);
   o.spark_pool_size = 16;
   long sum = 0;
-  capstan::run(o, [&] {
+  run(o, [&] {
     for (int round = 0; round < 1000; ++round) {
       std::vector<std::unique_ptr<capstan::spark<int>>> batch;
       for (int i = 0; i < 8; ++i)
@@ -130,12 +133,12 @@ TEST(SparkPool, ForcingOldestFirstLeavesNoHoles) {
 
 // The maker blocks (parks, not spins) in get() while another capability
 // runs its spark; other threads on the maker's capability keep running.
-TEST(SparkSteal, GetWaitsForASparkRunningElsewhere) {
+TEST_F(SparkSteal, GetWaitsForASparkRunningElsewhere) {
   std::atomic<bool> started{false};
   std::atomic<int> evaluations{0};
   int got = 0;
   bool helper_ran_while_blocked = false;
-  capstan::run(capstan_test::opts(2), [&] {
+  run(capstan_test::opts(2), [&] {
     capstan::mvar<int> go;
     auto s = capstan::par([&] {
       evaluations.fetch_add(1);
@@ -159,9 +162,9 @@ TEST(SparkSteal, GetWaitsForASparkRunningElsewhere) {
   EXPECT_GE(capstan::statistics().capabilities[1].steals, 1u);
 }
 
-TEST(SparkShutdown, SparksLeftInPoolsAreCountedGcdAndNeverRun) {
+TEST_F(SparkShutdown, SparksLeftInPoolsAreCountedGcdAndNeverRun) {
   std::atomic<int> ran{0};
-  capstan::run(capstan_test::opts(1), [&] {
+  run(capstan_test::opts(1), [&] {
     capstan::fork_io([&] {
       auto a = capstan::par([&] { ran.fetch_add(1); });
       auto b = capstan::par([&] { ran.fetch_add(1); });

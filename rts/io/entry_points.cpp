@@ -1,0 +1,192 @@
+// entry_points.cpp - the IO manager's calls: each builds a Request, pushes
+// it to the IO thread and, for a green thread, parks on its mvar
+// (io_manager.cpp, Note [No lost wake-ups]); also the public calls of
+// capstan/io.hpp, which name themselves in errors and handle the cases that
+// need no IO thread, and the two scheduler queries capstan::net needs.
+#include <poll.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+#include <system_error>
+
+#include "capstan/errors.hpp"
+#include "capstan/io.hpp"
+#include "capstan/thread.hpp"
+#include "primitives/clock.hpp"
+#include "io/io_thread.hpp"
+#include "schedule/schedule.hpp"
+
+namespace capstan::rts {
+namespace {
+
+using iomgr::io;
+using iomgr::Op;
+using iomgr::Request;
+
+std::int64_t deadline_after(long long ns) {
+  std::int64_t now = now_ns();
+  if (ns > std::numeric_limits<std::int64_t>::max() - now) return std::numeric_limits<std::int64_t>::max();
+  return now + ns;
+}
+
+// await parks on r's mvar and returns the outcome.  The caller keeps its
+// reference (and drops it after reading r->err); on unwinding
+// (thread_killed at shutdown) the reference goes to the IO thread with the
+// cancel message instead.
+int await(Request* r) {
+  try {
+    return r->box.take();
+  } catch (...) {
+    io.push(&r->cancel);  // Note [No lost wake-ups] 3
+    throw;
+  }
+}
+
+Request* new_request(Op kind) {
+  auto* r = new Request;
+  r->kind = kind;
+  r->submit.req = r;
+  r->submit.op = kind;
+  r->cancel.req = r;
+  r->cancel.op = Op::cancel;
+  return r;
+}
+
+// push_fd_message sends an fd message from any thread, or returns false if
+// the IO manager is not running (Note [Pushing from any thread]).
+bool push_fd_message(Op kind, int fd) noexcept {
+  if (!io.enter_gate()) return false;
+  if (auto* admitted = io_test_hooks.admitted) admitted();
+  io.push(&io.new_fd_request(kind, fd)->submit);
+  io.leave_gate();
+  return true;
+}
+
+}  // namespace
+
+void io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept, void* arg,
+                    std::uint64_t token) {
+  io.ensure_started();
+  Request* r = new_request(Op::timeout);
+  r->refs.store(1, std::memory_order_relaxed);  // the IO thread's only
+  r->deadline = deadline_after(ns);
+  r->on_expire = on_expire;
+  r->arg = arg;
+  r->token = token;
+  io.push(&r->submit);
+}
+
+void io_sleep(long long ns) {
+  require_green_thread("capstan::sleep_for");
+  io.ensure_started();
+  Request* r = new_request(Op::sleep);
+  r->deadline = deadline_after(ns);
+  io.push(&r->submit);
+  await(r);
+  r->release();
+}
+
+bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, bool sticky) {
+  require_green_thread(what);
+  if (fd < 0)
+    throw usage_error(fmt::format("{}: fd {} is not a file descriptor", what, fd));
+  if (timeout_ns == 0) {  // a check, not a wait
+    struct pollfd p {fd, static_cast<short>(writable ? POLLOUT : POLLIN), 0};
+    int n = ::poll(&p, 1, 0);
+    detail::safe_point();
+    return n != 0;  // ready, or an error the caller's IO will report
+  }
+  io.ensure_started();
+  Request* r = new_request(Op::wait_fd);
+  r->fd = fd;
+  r->writable = writable;
+  r->sticky = sticky;
+  r->deadline = timeout_ns < 0 ? -1 : deadline_after(timeout_ns);
+  io.push(&r->submit);
+  int outcome = await(r);
+  int err = r->err;
+  r->release();
+  switch (outcome) {
+    case iomgr::kReady: return true;
+    case iomgr::kTimedOut: return false;
+    case iomgr::kClosed:
+      throw io_error(fmt::format(
+          "{}: fd {} was closed by close_fd while this thread waited on it", what, fd));
+    case iomgr::kInterrupted:
+      throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what, fd));
+    default:
+      throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(err)));
+  }
+}
+
+void io_close_fd(int fd) {
+  require_green_thread("capstan::close_fd");
+  if (fd < 0)
+    throw usage_error(fmt::format("capstan::close_fd: fd {} is not a file descriptor", fd));
+  io.ensure_started();
+  Request* r = new_request(Op::close_fd);
+  r->fd = fd;
+  io.push(&r->submit);
+  await(r);
+  int err = r->err;
+  r->release();
+  if (err != 0)
+    throw std::system_error(err, std::generic_category(),
+                            fmt::format("capstan::close_fd: close(fd {})", fd));
+}
+
+void io_close_fd_nowait(int fd) noexcept {
+  if (fd < 0) return;
+  if (!push_fd_message(Op::close_fd_nowait, fd)) ::close(fd);
+}
+
+void io_interrupt_fd(int fd) noexcept {
+  // Nothing can wait on fd unless the IO manager runs: the waiter starts it
+  // (io_start) before it counts itself as a user of the fd, so a closer
+  // that saw the count finds the gate open, unless shutdown has begun, and
+  // then every waiter has been killed.
+  if (fd >= 0) push_fd_message(Op::interrupt_fd, fd);
+}
+
+void io_start() { io.ensure_started(); }
+
+void io_shutdown() noexcept { io.shutdown(); }
+
+std::size_t io_parked() noexcept { return io.parked(); }
+
+bool io_on_green_thread() noexcept { return green_task() != nullptr; }
+
+bool io_others_runnable() noexcept {
+  Task* t = green_task();
+  return t && (!t->cap->run_queue.empty() || t->cap->inbox.maybe_nonempty());
+}
+
+}  // namespace capstan::rts
+
+// ---------------------------------------------------------------- capstan/io.hpp
+
+namespace capstan {
+namespace detail {
+
+void sleep_ns(long long ns) {
+  if (ns <= 0) {  // nothing to wait for: a yield, as GHC's threadDelay 0
+    rts::require_green_thread("capstan::sleep_for");
+    capstan::yield();
+    return;
+  }
+  rts::io_sleep(ns);
+}
+
+bool wait_fd(int fd, bool writable, long long timeout_ns) {
+  return rts::io_wait_fd(fd, writable, timeout_ns,
+                         writable ? "capstan::wait_writable" : "capstan::wait_readable");
+}
+
+}  // namespace detail
+
+void close_fd(int fd) { rts::io_close_fd(fd); }
+
+}  // namespace capstan

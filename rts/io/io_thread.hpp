@@ -1,0 +1,222 @@
+// io_thread.hpp - the IO manager's internal structures, shared by its
+// files: io_manager.cpp (life cycle, the loop thread, the request queue,
+// completing requests), timers.cpp (the timer heap), fd_waits.cpp (poll
+// handles, fd waits, close and interrupt) and entry_points.cpp (the calls
+// that build and push requests).
+//
+// A green thread that sleeps or waits for an fd allocates a Request, pushes
+// its `submit` message to the IO thread and parks on the Request's one-shot
+// mvar<int>; the IO thread owns everything else here and wakes the thread
+// with mvar::try_put.  The Notes are next to the code they describe:
+// io_manager.cpp (Note [One IO thread], [No lost wake-ups], [Requests are
+// shared], [Wake last], [Pushing from any thread]), timers.cpp (Note [Timer
+// heap]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
+#pragma once
+
+#include <uv.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "capstan/mvar.hpp"
+#include "io/io_manager.hpp"
+#include "primitives/mpsc_stack.hpp"
+
+namespace capstan::rts::iomgr {
+
+struct Request;
+struct FdEntry;
+
+enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, interrupt_fd, cancel, timeout };
+
+// How a request ended: the value put into its mvar.
+enum Outcome : int {
+  kReady = 0,        // the sleep ended / the fd is ready / close_fd closed it
+  kTimedOut = 1,     // a wait_fd time-out expired first
+  kClosed = 2,       // close_fd closed the fd under the waiter
+  kFailed = 3,       // libuv could not poll the fd (Request::err)
+  kInterrupted = 4,  // io_interrupt_fd: the fd's owner is closing it
+};
+
+// One message to the IO thread: a request's submission or its cancellation.
+struct Msg {
+  Msg* next = nullptr;  // the queue link; written only by the pusher
+  Request* req = nullptr;
+  Op op = Op::sleep;
+};
+
+struct Request {
+  // Written by the pusher before the push, read-only afterwards.
+  Msg submit;
+  Msg cancel;
+  Op kind = Op::sleep;
+  bool writable = false;
+  bool sticky = false;  // Note [fd registrations]
+  int fd = -1;
+  std::int64_t deadline = -1;  // steady-clock ns; -1: none
+  // Op::timeout: called on the IO thread when the deadline passes (and not
+  // at shutdown).  Nobody waits on box; the IO thread holds the only reference.
+  void (*on_expire)(void* arg, std::uint64_t token) noexcept = nullptr;
+  void* arg = nullptr;
+  std::uint64_t token = 0;
+  // >= 0: a slot of the IoManager's reserve, returned there instead of
+  // deleted (Note [Pushing from any thread]).
+  int reserve_slot = -1;
+
+  // The IO thread's: never touched by the green thread.
+  bool done = false;     // completed or cancelled (Note [No lost wake-ups] 2)
+  bool in_heap = false;  // a timer-heap entry points here
+  bool counted = false;  // counted in IoManager::parked_
+  Request* prev = nullptr;  // FdEntry waiter list
+  Request* next = nullptr;
+  FdEntry* entry = nullptr;
+
+  // Written by the IO thread before the try_put, read by the green thread
+  // after its take (ordered by the mvar's lock).
+  int err = 0;
+
+  mvar<int> box;  // the one-shot outcome
+  // Two owners: Note [Requests are shared] (plus one while a wake-up is
+  // queued: Note [Wake last]).  acq_rel: the last owner must see every
+  // write of the others before deleting.
+  std::atomic<int> refs{2};
+
+  void release() noexcept;  // io_manager.cpp
+};
+
+// One fd being polled; owned by the IO thread (Note [fd registrations]).
+struct FdEntry {
+  uv_poll_t handle;
+  int fd = -1;
+  int events = 0;  // the mask the handle was last started with; 0: stopped
+  bool sticky = false;
+  Request* readers = nullptr;
+  Request* writers = nullptr;
+};
+
+struct TimerEntry {
+  std::int64_t deadline;
+  std::uint64_t seq;
+  Request* req;
+  // std::*_heap build a max-heap: "less" means "later".
+  bool operator<(const TimerEntry& o) const {
+    return deadline != o.deadline ? deadline > o.deadline : seq > o.seq;
+  }
+};
+
+class IoManager {
+ public:
+  // ensure_started starts the IO thread on first use in a run (green
+  // threads only: they cannot race shutdown, which runs after they stopped).
+  void ensure_started() {
+    // acquire: pairs with start()'s release, making the loop visible.
+    if (!started_.load(std::memory_order_acquire)) [[unlikely]] start();
+  }
+
+  // push hands a message to the IO thread: Note [No lost wake-ups] 1.
+  // From a green thread after ensure_started, or from any thread inside
+  // enter_gate/leave_gate (Note [Pushing from any thread]).
+  void push(Msg* m) noexcept {
+    if (queue_.push(m)) uv_async_send(&async_);
+  }
+
+  // enter_gate admits a push from any thread: false once shutdown has
+  // begun, or before start.  A true return must be followed by leave_gate.
+  bool enter_gate() noexcept;
+  void leave_gate() noexcept;
+
+  // new_fd_request allocates a Request for an any-thread fd message
+  // (close_fd_nowait, interrupt_fd) without failing: from the reserve when
+  // the heap is exhausted.  Inside the gate only.
+  Request* new_fd_request(Op kind, int fd) noexcept;
+  void free_reserved(int slot) noexcept;
+
+  std::size_t parked() const { return parked_.load(std::memory_order_acquire); }
+
+  void shutdown() noexcept;
+
+ private:
+  void start();
+  void thread_main();
+  static void on_async(uv_async_t* a);
+  static void on_timer(uv_timer_t* t);
+  static void on_poll(uv_poll_t* p, int status, int events);
+  static void on_poll_closed(uv_handle_t* h) { delete static_cast<FdEntry*>(h->data); }
+
+  void drain();
+  void handle(Msg* m);
+  void finish(Request* r, int outcome, bool wake);
+  void flush_wakes();
+  void finish_and_update(Request* r, int outcome, bool wake) {
+    FdEntry* e = r->entry;
+    finish(r, outcome, wake);
+    if (e) update_poll(e);  // one waiter fewer: maybe a narrower mask
+  }
+  void count_parked(Request* r);
+  // timers.cpp
+  void add_timer(Request* r);
+  void expire_timers();
+  void rearm_timer();
+  void drop_timers();
+  // fd_waits.cpp
+  void start_wait(Request* r);
+  void update_poll(FdEntry* e);
+  void close_entry(FdEntry* e);
+  void do_close(Request* r);
+  void do_interrupt(Request* r);
+  void drop_fds();
+  void stop_everything();
+
+  // start/shutdown: life_mu_.  started_: written under life_mu_, read by anyone.
+  std::mutex life_mu_;
+  std::atomic<bool> started_{false};
+  std::thread thread_;  // life_mu_
+  // stopping_: set by shutdown() before its uv_async_send; read by the IO thread.
+  std::atomic<bool> stopping_{false};
+  // kGateOpen | pushers in flight: Note [Pushing from any thread].
+  static constexpr unsigned kGateOpen = 1u << 31;
+  std::atomic<unsigned> gate_{0};
+
+  // Initialised by start() before the IO thread exists (std::thread's
+  // constructor orders them before it); then the IO thread's, except that
+  // anyone may uv_async_send(&async_).
+  uv_loop_t loop_;
+  uv_async_t async_;
+  uv_timer_t timer_;
+
+  // The request queue: any thread pushes, the IO thread takes all.
+  MpscStack<Msg, &Msg::next> queue_;
+
+  // Requests for any-thread fd messages when new fails.
+  static constexpr int kReserve = 32;
+  Request reserve_[kReserve];
+  std::atomic<bool> reserve_used_[kReserve] = {};
+
+  // Sleeps, timeouts and fd waits the IO thread holds and has not finished
+  // (written by the IO thread, read by io_parked()).
+  std::atomic<std::size_t> parked_{0};
+
+  // The IO thread's only.
+  std::vector<TimerEntry> heap_;  // Note [Timer heap]
+  std::size_t stale_ = 0;         // done entries still in heap_
+  std::uint64_t seq_ = 0;
+  std::int64_t armed_for_ = -1;   // deadline timer_ is armed for; -1: stopped
+  std::unordered_map<int, FdEntry*> fds_;
+  // fds given to io_interrupt_fd and not yet closed: Note [Interrupted fds].
+  std::unordered_set<int> interrupted_;
+  // Wake-ups queued by finish(), each holding a reference (Note [Wake last]).
+  std::vector<std::pair<Request*, int>> wakes_;
+};
+
+extern IoManager io;
+
+// The test hooks (io_manager.hpp), read with relaxed loads.
+int injected_fault(const char* step) noexcept;
+
+}  // namespace capstan::rts::iomgr
