@@ -22,6 +22,20 @@ void mvar_core::lock_slow() noexcept {
     if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;
 }
 
+namespace {
+
+// A blocking call is a shutdown checkpoint (Note [Shutdown checkpoints]):
+// a thread that may be killed leaves the queue and meets thread_killed
+// instead of parking.  m is locked, with w enqueued.
+void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
+  if (cur->is_main || std::uncaught_exceptions() != 0) return;
+  m.remove(w);
+  m.unlock();
+  rts::check_killed(cur);  // does not return
+}
+
+}  // namespace
+
 void mvar_core::park(waiter& w) {
   rts::Task* task = rts::green_task_before_switch();  // used only before the switch
   if (!task) [[unlikely]] {
@@ -33,12 +47,7 @@ void mvar_core::park(waiter& w) {
         "thread; block only inside capstan::run, or use try_take/try_put from other threads");
   }
   Thread* cur = task->cap->current;
-  if (rts::rt.shutting_down.load(std::memory_order_relaxed) && !cur->is_main &&
-      std::uncaught_exceptions() == 0) [[unlikely]] {
-    remove(w);
-    unlock();
-    rts::check_killed(cur);  // Note [Shutdown checkpoints]: does not return
-  }
+  if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
   w.thread = cur;
   if (rts::rt.waits_need_lock.load(std::memory_order_relaxed)) [[unlikely]] {
     cur->wait_lock.lock();  // Note [Killing a blocked thread]
@@ -123,12 +132,7 @@ bool mvar_core::park_timed(waiter& w, long long ns) {
     return true;
   }
   Thread* cur = task->cap->current;
-  if (rts::rt.shutting_down.load(std::memory_order_relaxed) && !cur->is_main &&
-      std::uncaught_exceptions() == 0) [[unlikely]] {
-    remove(w);
-    unlock();
-    rts::check_killed(cur);  // Note [Shutdown checkpoints]: does not return
-  }
+  if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
   w.thread = cur;
   w.timed = true;
   std::uint64_t token = ++cur->timed_next;
