@@ -17,12 +17,10 @@
 #include <thread>
 
 #include "capstan/options.hpp"
+#include "capstan_test.hpp"
 #include "runtime/runtime.hpp"
 
 namespace capstan_test {
-
-// The failure guard of every wait below: generous, never a timing claim.
-inline constexpr std::chrono::seconds kDeadline{20};
 
 // WhiteBoxRuntime: the Runtime object for a test that drives rts units by
 // hand without a run (Note [The runtime's life cycle]): constructed fresh
@@ -42,16 +40,11 @@ class WhiteBoxRuntime {
   }
 };
 
-// eventually polls pred (yielding in between) until it holds; false if the
-// deadline passed first.  The deadline only turns a hang into a failure.
+// eventually polls pred from a plain OS thread until it holds; false if
+// the failure guard (kWaitGuard) passed first.
 template <class Pred>
-bool eventually(Pred pred, std::chrono::steady_clock::duration limit = kDeadline) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::yield();
-  }
-  return true;
+bool eventually(Pred pred) {
+  return os_wait_until(pred);
 }
 
 // spin burns about n loop turns: a random one before each racing step

@@ -34,17 +34,12 @@ using capstan_test::WithCaps;
 using clk = std::chrono::steady_clock;
 
 constexpr auto kLate = 5s;  // "not absurdly late", even on a loaded machine
-constexpr auto kDeadline = 20s;  // failure guard for conditions waited on
+constexpr auto kDeadline = capstan_test::kWaitGuard;  // failure guard for conditions waited on
 
 // wait_parked yields until the IO manager holds n parked requests (sleeps,
-// fd waits); false if that did not happen within kDeadline.
+// fd waits); false if that did not happen within the failure guard.
 bool wait_parked(std::size_t n) {
-  auto until = clk::now() + kDeadline;
-  while (capstan::rts::io_parked() != n) {
-    if (clk::now() > until) return false;
-    capstan::yield();
-  }
-  return true;
+  return capstan_test::green_wait_until([n] { return capstan::rts::io_parked() == n; });
 }
 
 struct Pipe {

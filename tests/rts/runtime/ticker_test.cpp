@@ -131,9 +131,11 @@ TEST_F(TickerUnit, StopWakesAParkedTicker) {
 // no safe point), must see its timeslice expired: the ticker came back.
 TEST(TickerRuntime, ParksWhenTheRuntimeIsIdleAndComesBackWhenWorkArrives) {
   capstan::mvar<int> box;
-  std::atomic<bool> parked_seen{false}, failed{false};
+  std::atomic<bool> parked_seen{false}, failed{false}, alive{false};
   std::thread outside([&] {
-    bool parked = eventually([] {
+    // rt exists only between run()'s start and end: read it only once main runs.
+    if (!eventually([&] { return alive.load(); })) failed.store(true);
+    bool parked = !failed.load() && eventually([] {
       return rt.n_idle.load() == 2 && thread_sleeps_on(&rt.ticker_parked);  // -N2 below
     });
     parked_seen.store(parked);
@@ -141,6 +143,7 @@ TEST(TickerRuntime, ParksWhenTheRuntimeIsIdleAndComesBackWhenWorkArrives) {
     EXPECT_TRUE(box.try_put(1));
   });
   capstan::run(capstan_test::opts(2, microseconds(1000)), [&] {
+    alive.store(true);
     EXPECT_EQ(box.take(), 1);
     Capability* cap = capstan::rts::my_task()->cap;
     cap->context_switch.fetch_and(~kTimesliceExpired);

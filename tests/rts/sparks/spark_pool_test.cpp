@@ -278,7 +278,7 @@ TEST_F(StealProtocol, EverySparkGoesToExactlyOneParty) {
     std::unordered_map<const void*, int> which;
     Rng rng(31);
     int pushed = 0;
-    auto give_up = std::chrono::steady_clock::now() + capstan_test::kDeadline;  // failure guard
+    auto give_up = std::chrono::steady_clock::now() + capstan_test::kWaitGuard;  // failure guard
     while (pushed < n || p->size() != 0) {
       unsigned what = rng.below(4);
       // (At most half the pool: an overflowed spark goes to nobody.)
