@@ -23,12 +23,17 @@ struct Log {
 using Order = std::vector<std::string>;
 
 class Requeue : public capstan_test::RuntimeTest {};
+
+// The rules other than the timeslice one are tested with a timeslice no run
+// of these tests reaches, even slowed down by a sanitizer: an expired slice
+// would requeue a thread at its next safe point and change the order.
+constexpr std::chrono::microseconds kNoTimeslice = std::chrono::seconds(30);
 class Wakeups : public capstan_test::RuntimeTest {};
 class PushWork : public capstan_test::RuntimeTest {};
 
 TEST_F(Requeue, NewThreadsAndYieldGoToTheBack) {
   Log log;
-  run(capstan_test::opts(1), [&] {
+  run(capstan_test::opts(1, kNoTimeslice), [&] {
     capstan::mvar<int> done;
     for (const char* name : {"A", "B", "C"}) {
       capstan::fork_io([&, name] {
@@ -45,7 +50,7 @@ TEST_F(Requeue, NewThreadsAndYieldGoToTheBack) {
 
 TEST_F(Requeue, AWokenThreadGoesToTheBack) {
   Log log;
-  run(capstan_test::opts(1), [&] {
+  run(capstan_test::opts(1, kNoTimeslice), [&] {
     capstan::mvar<int> m, done;
     capstan::fork_io([&] {
       m.take();
@@ -96,7 +101,7 @@ TEST_F(Requeue, AnExpiredTimesliceGoesToTheBack) {
 TEST_F(Requeue, AnInterruptedThreadKeepsTheFront) {
   std::atomic<bool> b_ran{false};
   bool b_ran_during_interrupt = true;
-  run(capstan_test::opts(1), [&] {
+  run(capstan_test::opts(1, kNoTimeslice), [&] {
     capstan::mvar<int> done;
     capstan::fork_io([&] {
       // A stop-the-world style interrupt: we stop at the next safe point
