@@ -16,10 +16,13 @@ std::string runtime_statistics::summary() const {
   std::string out;
   auto it = std::back_inserter(out);
   fmt::format_to(it, "capstan runtime statistics (+RTS -s)\n");
-  fmt::format_to(it, "  threads: {} created, {} finished, {} killed at shutdown, {} abandoned, "
+  fmt::format_to(it, "  threads: {} created, {} finished, {} killed, {} abandoned, "
       "{} ended by an uncaught exception, {} blocked indefinitely\n",
       threads_created, threads_finished, threads_killed, threads_abandoned, uncaught_exceptions,
       blocked_indefinitely);
+  fmt::format_to(it, "  asynchronous exceptions raised: {}; deadlocks detected: {}, not "
+      "confirmed (outside OS threads): {}\n", async_exceptions, deadlocks_detected,
+      deadlock_checks_skipped);
   fmt::format_to(it, "  peak live threads: {} (sampled every tick)\n", peak_live_threads);
   fmt::format_to(it, "  context switches: {}\n", context_switches);
   fmt::format_to(it, "  tasks (OS threads): {} created, {} running now; {} in-call threads\n",

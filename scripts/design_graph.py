@@ -30,6 +30,7 @@ LAYERS = [
     ["schedule"],
     ["sparks", "io"],
     ["mvar"],
+    ["exception"],
     ["foreign"],
     ["stats"],
     ["shutdown"],

@@ -73,7 +73,9 @@
 
 #include "capstan/foreign.hpp"
 #include "capstan/spark.hpp"
+#include "io/timeouts.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
 #include "task/handover.hpp"
@@ -133,6 +135,8 @@ void safe_call_enter(safe_call_frame& f) {
     // address computed above is reused (Note [TLS across a switch]).
     return safe_call_enter(f);
   }
+  // A call may block for long: its timeouts need timers (Note [Timeouts]).
+  if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts(cur);
   task->in_safe_call.store(cur, std::memory_order_relaxed);
   Capability* cap = drop_capability(task);
   f.task = task;
@@ -163,6 +167,8 @@ void safe_call_leave(safe_call_frame& f, bool f_threw) {
   }
   if (!f_threw && rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]]
     check_killed(cur);  // Note [Shutdown]: a call returning during shutdown
+  // An exception thrown to us during the call is raised as it returns.
+  if (!f_threw) raise_pending(cur, false);
 }
 
 }  // namespace capstan::detail

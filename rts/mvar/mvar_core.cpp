@@ -8,8 +8,10 @@
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
 #include "io/io_manager.hpp"
+#include "io/timeouts.hpp"
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
 
@@ -34,6 +36,45 @@ void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
   rts::check_killed(cur);  // does not return
 }
 
+// publish_wait records that cur waits on m with w (m locked, w enqueued)
+// - or, if an exception thrown to cur may be raised at this blocking call,
+// takes w back out, unlocks m and raises it.  Deciding under wait_lock is
+// what makes a racing thrower either see the wait or leave its message
+// for us (Note [Raising asynchronously] in schedule/raise.cpp).
+void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_token) {
+  w.thread = cur;
+  if (!w.timed && !rts::rt.waits_need_lock.load(std::memory_order_relaxed)) [[likely]] {
+    // Nobody has thrown to anyone yet (throwing turns the locks on first).
+    cur->blocked_on = &m;
+    cur->waiter = &w;
+    return;
+  }
+  cur->wait_lock.lock();  // Note [Killing a blocked thread]
+  if (cur->async_pending.load(std::memory_order_relaxed)) [[unlikely]] {
+    if (rts::ThrowMsg* msg = rts::pop_raisable(cur, true)) {
+      cur->wait_lock.unlock();
+      m.remove(w);
+      m.unlock();
+      rts::raise_msg(msg);
+    }
+  }
+  cur->blocked_on = &m;
+  cur->waiter = &w;
+  cur->timed_seq = timed_token;
+  cur->wait_lock.unlock();
+}
+
+// after_wait: the outcomes every wait shares, once park_current returned.
+void after_wait(waiter& w, Thread* cur) {
+  switch (w.outcome) {
+    case waiter::served:
+    case waiter::timed_out: return;
+    case waiter::killed: throw thread_killed{};
+    case waiter::orphaned: throw blocked_indefinitely{};
+    case waiter::interrupted: rts::raise_interrupted(cur);
+  }
+}
+
 }  // namespace
 
 void mvar_core::park(waiter& w) {
@@ -48,23 +89,10 @@ void mvar_core::park(waiter& w) {
   }
   Thread* cur = task->cap->current;
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
-  w.thread = cur;
-  if (rts::rt.waits_need_lock.load(std::memory_order_relaxed)) [[unlikely]] {
-    cur->wait_lock.lock();  // Note [Killing a blocked thread]
-    cur->blocked_on = this;
-    cur->waiter = &w;
-    cur->wait_lock.unlock();
-  } else {
-    cur->blocked_on = this;
-    cur->waiter = &w;
-  }
+  if (cur->unarmed_timeouts != 0) [[unlikely]] rts::arm_timeouts(cur);  // io/timeouts.hpp
+  publish_wait(*this, w, cur, 0);
   rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
-  switch (w.outcome) {
-    case waiter::served: return;
-    case waiter::killed: throw thread_killed{};
-    case waiter::orphaned: throw blocked_indefinitely{};
-    case waiter::timed_out: break;  // only timed waits time out
-  }
+  after_wait(w, cur);  // (only timed waits time out)
 }
 
 // Note [Timed takes]
@@ -133,27 +161,18 @@ bool mvar_core::park_timed(waiter& w, long long ns) {
   }
   Thread* cur = task->cap->current;
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
-  w.thread = cur;
   w.timed = true;
+  if (cur->unarmed_timeouts != 0) [[unlikely]] rts::arm_timeouts(cur);  // io/timeouts.hpp
   std::uint64_t token = ++cur->timed_next;
-  cur->wait_lock.lock();
-  cur->blocked_on = this;
-  cur->waiter = &w;
-  cur->timed_seq = token;
-  cur->wait_lock.unlock();
+  publish_wait(*this, w, cur, token);  // under wait_lock: the timer reads it (Note [Timed takes])
   rts::io_add_timeout(ns, &expire_timed_take, cur, token);
   rts::park_current(task, cur, &locked_);
   // Possibly on another OS thread now; cur is still us.
   cur->wait_lock.lock();
   cur->timed_seq = 0;
   cur->wait_lock.unlock();
-  switch (w.outcome) {
-    case waiter::served: return true;
-    case waiter::timed_out: return false;
-    case waiter::killed: throw thread_killed{};
-    case waiter::orphaned: throw blocked_indefinitely{};
-  }
-  return true;
+  after_wait(w, cur);
+  return w.outcome == waiter::served;
 }
 
 Thread* mvar_core::serve(waiter& w) noexcept {

@@ -39,6 +39,7 @@
 #include "storage/stack.hpp"
 #include "storage/thread_slabs.hpp"
 #include "task/task.hpp"
+#include "thread/fates.hpp"
 
 namespace capstan::rts {
 
@@ -62,7 +63,8 @@ struct Runtime {
 
   std::atomic<bool> shutting_down{false};        // [atomic] Note [Shutdown]
   std::atomic<bool> stop{false};                 // [atomic] schedulers exit
-  std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Killing a blocked thread]
+  std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Wait locks] in schedule/raise.cpp
+  std::atomic<bool> wait_locks_on{false};        // [atomic] the protocol of Note [Wait locks] is done
   std::atomic<unsigned> n_idle{0};               // [atomic] capabilities in idle()
   std::atomic<std::uint32_t> ticker_parked{0};   // [atomic] Note [Stopping the ticker]
   std::atomic<std::uint64_t> id_blocks{0};       // [atomic] next block of thread ids
@@ -80,6 +82,7 @@ struct Runtime {
   SharedCounter tasks_created;
   SharedCounter incall_threads_created;          // not counted by any capability
   std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
+  Fates fates;                                   // internally synchronised (thread/fates.hpp)
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
   std::chrono::steady_clock::time_point started;  // [start]
   Ticker ticker;                                 // started and stopped by run_main

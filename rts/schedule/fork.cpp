@@ -11,6 +11,7 @@
 #include "mvar/event.hpp"
 #include "primitives/sanitizer.hpp"
 #include "schedule/pick.hpp"
+#include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/switch.hpp"
 #include "task/handover.hpp"
@@ -41,6 +42,7 @@ void notify_shutdown() {
 // stack to the capability's pool and the Thread to its free list.
 [[noreturn]] void finish_current(Thread* self) {
   unlink_from_home(self);
+  finish_pending(self);  // throwers waiting on us return (Note [Raising asynchronously])
   self->state = ThreadState::finished;
   Task* task = my_task();
   Capability* cap = task->cap;
@@ -71,8 +73,13 @@ void notify_shutdown() {
   if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
     my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
   } else {
+    bool died = true;
     try {
+      // An exception thrown before the thread ever ran is raised here, so
+      // an unmasked thread killed early never runs its body (as in GHC).
+      raise_pending(self, false);
       self->ops->invoke(self->closure);
+      died = false;
     } catch (const thread_killed&) {
       my_task()->cap->threads_killed.add();
     } catch (const blocked_indefinitely&) {
@@ -83,6 +90,10 @@ void notify_shutdown() {
       report_uncaught(self, e.what());
     } catch (...) {
       report_uncaught(self, "unknown exception (not derived from std::exception)");
+    }
+    if (died) [[unlikely]] {
+      my_task()->cap->threads_died.add();
+      rt.fates.died(self->id);  // for state_of (thread/fates.hpp)
     }
   }
   self->ops->destroy(self->closure);
@@ -118,11 +129,14 @@ void enqueue_new(Capability* cap, Thread* t, Capability* target) {
 // are still in cache, and it resumes after them.  New threads still go to
 // the back; this only shortens the forker's slice.  Memory for pending new
 // threads is bounded by the queue length rather than by the timeslice.
-std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
+detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
   Task* task = my_task();
   Capability* cap = task->cap;
   t->ops = ops;
   t->id = next_thread_id(cap);
+  t->live_id.store(t->id, std::memory_order_relaxed);
+  // A forked thread inherits its parent's mask state (GHC's forkIO).
+  if (cap->current) t->mask = cap->current->mask;
   link_home(cap, t);
   Capability* target = cap;
   if (cap_no == detail::kBoundOsThread) {
@@ -147,7 +161,7 @@ std::uint64_t start_thread(Thread* t, const detail::closure_ops* ops, int cap_no
     t->locked = true;
   }
   cap->threads_created.add();  // only once nothing can fail: never undone
-  std::uint64_t id = t->id;  // t may run (and finish) elsewhere from here on
+  detail::thread_ref id = ref_of(t);  // t may run (and finish) elsewhere from here on
   enqueue_new(cap, t, target);
   // See Note [Fork back-pressure].
   if (cap->run_queue.size() >= kForkBackPressure) [[unlikely]]
@@ -171,7 +185,7 @@ thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
 
 void thread_discard(rts::Thread* thread) noexcept { rts::discard_thread(thread); }
 
-std::uint64_t thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
+thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
   return rts::start_thread(thread, ops, cap);
 }
 

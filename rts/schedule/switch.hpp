@@ -100,6 +100,10 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
     }
     to->state = ThreadState::running;
     cap->current = to;
+    // An exception was thrown to `to` while it was off the CPU: make its
+    // next safe point look (Note [Raising asynchronously]).
+    if (to->async_pending.load(std::memory_order_relaxed)) [[unlikely]]
+      cap->context_switch.fetch_or(kInterrupt, std::memory_order_relaxed);
     cap->context_switches.add();
     if (rt.switch_every_safe_point) [[unlikely]]
       cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);

@@ -6,6 +6,7 @@
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
 #include "schedule/pick.hpp"
+#include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/switch.hpp"
 
@@ -72,23 +73,31 @@ void yield_current() {
   if (!task) [[unlikely]] task = require_green_thread("capstan::yield");  // throws
   Capability* cap = task->cap;
   Thread* cur = cap->current;
-  cap->context_switch.store(0, std::memory_order_relaxed);
+  // Cleared only by an RMW that reads it (Note [Raising asynchronously]).
+  if (cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    cap->context_switch.exchange(0, std::memory_order_acquire);
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
+  raise_pending(cur, false);
   Thread* next = pick(cap);
   if (!next && !cap->bound_next) return;  // nothing else to run: keep going
   cur->state = ThreadState::runnable;
   cap->run_queue.push_back(cur);
   switch_to(task, cap, cur, next, false);
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
+  raise_pending(cur, false);
 }
 
 void yield_point_slow() {
   Task* task = require_green_thread("capstan::yield_point");
   Capability* cap = task->cap;
-  std::uint32_t why = cap->context_switch.exchange(0, std::memory_order_relaxed);
+  // Acquire: pairs with a thrower's release (Note [Raising asynchronously]).
+  std::uint32_t why = cap->context_switch.exchange(0, std::memory_order_acquire);
   cap->sched_epoch.store(cap->sched_epoch.load(std::memory_order_relaxed) + 1,
                          std::memory_order_release);  // a quiescent point too
   check_killed(cap->current);
+  if (cap->current->timeouts && (why & kTimesliceExpired)) [[unlikely]]
+    expire_due_timeouts(cap->current);  // Note [Timeouts] in io/timeouts.cpp
+  raise_pending(cap->current, false);
   if (why & kReturning) {
     // Note [Returning from a safe call]: the returner goes first, and we
     // keep our place right behind it.

@@ -32,10 +32,6 @@
 // other way to run destructors than unwinding, hence thread_killed.
 #include "shutdown/shutdown.hpp"
 
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <chrono>
@@ -48,6 +44,7 @@
 #include "capstan/thread.hpp"
 #include "mvar/event.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
@@ -68,20 +65,8 @@ namespace capstan::rts {
 // cannot finish being destroyed, so m is valid.  A waiter that blocked while
 // unwinding (in a destructor) is not killed: throwing there would terminate().
 //
-// Before shutdown there is no killer, and wait_lock would cost two locked
-// instructions per MVar hand-off, so blockers and wakers skip it while
-// rt.waits_need_lock is false.  Turning the lock on is the killer's job, and
-// it must be sure that nobody still skips it (an asymmetric fence, as in
-// userspace RCU or folly's asymmetricHeavyBarrier):
-//   1. waits_need_lock = true (seq_cst);
-//   2. membarrier(PRIVATE_EXPEDITED): every running thread of the process
-//      executes a full barrier, so every later read of the flag sees true;
-//   3. wait until every other capability has made a scheduling decision
-//      (sched_epoch moved, read with acquire) or is idle: an mvar operation
-//      that read false before step 2 has then finished, and its writes to
-//      blocked_on happen-before the killer's reads.
-// OS threads that run no green thread (try_put from a plain thread) always
-// take the lock; so does everyone if membarrier is unavailable.
+// wait_lock is skipped by blockers and wakers until someone needs it: the
+// killer turns it on first (Note [Wait locks] in schedule/raise.cpp).
 bool request_kill(Thread* t) noexcept {
   t->wait_lock.lock();
   detail::mvar_core* m = t->blocked_on;
@@ -169,32 +154,12 @@ void report_abandoned() {
                  n > 10 ? " ..." : "");
 }
 
-// Turns on Thread::wait_lock for every blocker and waker, and waits until
-// nobody can still be skipping it.  Note [Killing a blocked thread].
-void require_wait_locks() {
-  rt.waits_need_lock.store(true, std::memory_order_seq_cst);
-  if (!rt.membarrier_ok) return;  // the lock was never skipped
-  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-  std::vector<std::uint64_t> seen;
-  for (Capability* c : rt.caps) seen.push_back(c->sched_epoch.load(std::memory_order_acquire));
-  for (std::size_t i = 1; i < rt.caps.size(); ++i) {  // capability 0 is us
-    Capability* c = rt.caps[i];
-    // A free capability runs nothing (a capless Task always takes the lock).
-    while (c->sched_epoch.load(std::memory_order_acquire) == seen[i] &&
-           !c->idle.load(std::memory_order_acquire) &&
-           c->hold.load(std::memory_order_acquire) != Hold::free) {
-      interrupt_capability(c);
-      capstan::yield();
-    }
-  }
-}
-
 }  // namespace
 
 void shutdown_protocol() {
   process.accepting_incalls.store(false, std::memory_order_seq_cst);  // Note [In-calls]
   rt.shutting_down.store(true, std::memory_order_seq_cst);
-  require_wait_locks();
+  enable_wait_locks();  // Note [Wait locks] in schedule/raise.cpp
   sample_peaks();
   for (Capability* c : rt.caps) {
     interrupt_capability(c);

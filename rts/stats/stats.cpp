@@ -63,6 +63,8 @@ runtime_statistics snapshot_statistics() {
     s.context_switches += cs.context_switches;
     s.threads_finished += c->threads_finished.get();
     s.threads_killed += c->threads_killed.get();
+    s.threads_died += c->threads_died.get();
+    s.async_exceptions += c->async_raised.get();
     s.uncaught_exceptions += c->uncaught_exceptions.get();
     s.blocked_indefinitely += c->threads_blocked_indefinitely.get();
     s.stacks_in_use += c->stacks_allocated.get() - c->stacks_freed.get();

@@ -14,8 +14,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 
+#include "capstan/detail/async_core.hpp"
 #include "capstan/detail/bridge.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "primitives/spinlock.hpp"
@@ -27,6 +29,15 @@ struct Task;
 
 enum class ThreadState : std::uint8_t { runnable, running, blocked, finished };
 enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_spark, on_shutdown };
+
+// A thread's mask state (capstan::mask_state's values).
+enum class Mask : std::uint8_t { unmasked, interruptible, uninterruptible };
+
+// ThrowMsg: an exception thrown to a thread (GHC's MessageThrowTo), and
+// TimeoutFrame: a timeout() in progress; both live in their owner's frame.
+// See Note [Raising asynchronously] in schedule/raise.cpp.
+using ThrowMsg = detail::throw_msg;
+using TimeoutFrame = detail::timeout_frame;
 
 // The C++ runtime's per-thread exception bookkeeping (libstdc++/libc++abi
 // __cxa_eh_globals): swapped at every switch so a switch inside a catch
@@ -75,6 +86,20 @@ struct Thread {
   // never reset, so a stale timer never matches a later wait.
   std::uint64_t timed_seq = 0;
   std::uint64_t timed_next = 0;
+
+  // Asynchronous exceptions: Note [Raising asynchronously] in schedule/raise.cpp.
+  // live_id: the id while the thread is started and not finished, else 0;
+  // a thrower holding wait_lock trusts a Thread* only if live_id is the id
+  // it was given ([atomic]; written under wait_lock once wait locks are on).
+  std::atomic<std::uint64_t> live_id{0};
+  std::atomic<bool> async_pending{false};  // [atomic] pending list non-empty (written under wait_lock)
+  Mask mask = Mask::unmasked;       // [owner]; read by throwers under wait_lock while blocked
+  ThrowMsg* pending_head = nullptr; // [lock: wait_lock] FIFO of exceptions thrown to us
+  ThrowMsg* pending_tail = nullptr; // [lock: wait_lock]
+  std::exception_ptr raised;        // [thrower writes, then owner] for a wait that was interrupted
+  TimeoutFrame* timeouts = nullptr; // [owner] innermost timeout() in progress (io/timeouts.cpp)
+  unsigned unarmed_timeouts = 0;    // [owner] frames in `timeouts` with no timer registered
+  TimeoutFrame* armed = nullptr;    // [lock: wait_lock] frames with a timer registered
 
   void* tsan_fiber = nullptr;      // ThreadSanitizer fiber, if running under TSan
   alignas(16) unsigned char inline_closure[kInlineClosure];

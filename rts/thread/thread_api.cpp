@@ -7,6 +7,7 @@
 
 #include "capstan/thread.hpp"
 #include "runtime/runtime.hpp"
+#include "thread/threads.hpp"
 #include "task/green_thread.hpp"
 
 namespace capstan {
@@ -17,7 +18,7 @@ using rts::Thread;
 
 thread_id self() {
   Task* task = rts::require_green_thread("capstan::self");
-  thread_id id{task->cap->current->id};
+  thread_id id{rts::ref_of(task->cap->current)};
   detail::safe_point();
   return id;
 }

@@ -59,6 +59,7 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
   std::memcpy(t->inline_closure, closure, closure_size);
   t->ops = ops;
   t->id = next_thread_id(cap);
+  t->live_id.store(t->id, std::memory_order_relaxed);
   t->bound = bound;
   t->is_main = bound;  // the only bound system thread is run()'s main
   t->locked = locked;
@@ -77,6 +78,7 @@ Thread* create_incall_thread(Task* task, Capability* home, const detail::closure
   std::memcpy(t->inline_closure, closure, closure_size);
   t->ops = ops;
   t->id = next_id_in_block(task->next_id, task->id_end);
+  t->live_id.store(t->id, std::memory_order_relaxed);
   t->bound = t->locked = true;
   t->bound_task = task;
   t->cap = home;
@@ -84,6 +86,33 @@ Thread* create_incall_thread(Task* task, Capability* home, const detail::closure
   link_home(home, t);
   rt.incall_threads_created.add();
   return t;
+}
+
+Thread* thread_of(detail::thread_ref r) noexcept {
+  if (r.id == 0) return nullptr;
+  constexpr std::uintptr_t kAddr = (std::uintptr_t{1} << 48) - 1;
+  if (r.where != 0) {
+    if ((r.where >> 48) != (process.epoch & 0xffff)) return nullptr;  // an earlier run's
+    return reinterpret_cast<Thread*>(r.where & kAddr);
+  }
+  // An id made from a number: search the live threads.
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      if (t->id == r.id) {
+        c->all_lock.unlock();
+        return t;
+      }
+    }
+    c->all_lock.unlock();
+  }
+  return nullptr;
+}
+
+detail::thread_ref ref_of(const Thread* t) noexcept {
+  auto addr = reinterpret_cast<std::uintptr_t>(t);
+  if (addr >> 48) return {t->id, 0};  // no room for the tag: found by search
+  return {t->id, addr | (static_cast<std::uintptr_t>(process.epoch & 0xffff) << 48)};
 }
 
 }  // namespace capstan::rts

@@ -61,6 +61,10 @@ inline void discard_thread(Thread* t) noexcept {
   t->blocked_on = nullptr;
   t->waiter = nullptr;
   t->has_eh = false;
+  t->mask = Mask::unmasked;
+  t->raised = nullptr;
+  t->timeouts = nullptr;
+  t->unarmed_timeouts = 0;
   Task* task = my_task();
   if (task && task->cap) task->cap->threads.put(t);
   else rt.depot.give_batch(t, 1);
@@ -82,6 +86,14 @@ std::uint64_t next_thread_id(Capability* cap);
 // threads (found by shutdown, label_thread).
 void link_home(Capability* cap, Thread* t);
 void unlink_from_home(Thread* t);
+
+// thread_of finds the live Thread named by r, or null if it has finished or
+// r is from another run.  The result must still be checked against
+// live_id under its wait_lock (it may finish at any moment).
+Thread* thread_of(detail::thread_ref r) noexcept;
+
+// ref_of names a started thread t.
+detail::thread_ref ref_of(const Thread* t) noexcept;
 
 // create_system_thread makes a thread for the runtime's own use on `cap`
 // (run()'s main, a spark thread), queued at the back of cap's run queue;

@@ -2,6 +2,7 @@
 // sleeping and fd waits, sockets, options, statistics.
 #pragma once
 
+#include "capstan/async_exception.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/io.hpp"
@@ -12,3 +13,4 @@
 #include "capstan/spark.hpp"
 #include "capstan/statistics.hpp"
 #include "capstan/thread.hpp"
+#include "capstan/timeout.hpp"

@@ -1,6 +1,7 @@
 // errors.hpp - the exceptions capstan throws.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -20,11 +21,20 @@ class usage_error : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-// thread_killed is thrown inside a green thread that the runtime is
-// reclaiming at shutdown (GHC's ThreadKilled).  It deliberately does not
+// thread_killed is raised in a green thread by kill_thread, and in every
+// thread the runtime reclaims at shutdown (GHC's ThreadKilled).  It deliberately does not
 // derive from std::exception so `catch (const std::exception&)` lets it
 // pass; if you catch it with `catch (...)`, rethrow it.
 struct thread_killed {};
+
+// timeout_expired is raised inside the function that timeout() runs when
+// its time is up, and caught by that same timeout() (its thread and token
+// name it).  Like thread_killed it does not derive from std::exception; if
+// you catch it with `catch (...)`, rethrow it.
+struct timeout_expired {
+  std::uint64_t thread = 0;
+  std::uint64_t token = 0;
+};
 
 // blocked_indefinitely is thrown in threads blocked on an mvar that is
 // destroyed: nobody can ever serve them (GHC's BlockedIndefinitelyOnMVar).

@@ -37,7 +37,11 @@ struct runtime_statistics {
   std::vector<capability_statistics> capabilities;
   std::uint64_t threads_created = 0;
   std::uint64_t threads_finished = 0;
-  std::uint64_t threads_killed = 0;       // reclaimed at shutdown (thread_killed)
+  std::uint64_t threads_killed = 0;       // ended by thread_killed (kill_thread, or shutdown)
+  std::uint64_t threads_died = 0;         // ended by any exception (killed ones included)
+  std::uint64_t async_exceptions = 0;     // raised by throw_to, kill_thread or timeout
+  std::uint64_t deadlocks_detected = 0;   // times every thread was blocked for good
+  std::uint64_t deadlock_checks_skipped = 0; // deadlocks unconfirmed: an outside OS thread could wake them
   std::uint64_t threads_abandoned = 0;    // still alive after the shutdown grace period
   std::uint64_t uncaught_exceptions = 0;  // forked threads ended by an exception
   std::uint64_t blocked_indefinitely = 0; // ended quietly: their mvar was destroyed

@@ -13,17 +13,24 @@
 namespace capstan {
 
 // thread_id names a green thread; comparable, hashable, printable with fmt.
+// Ids compare by value(); an id returned by the runtime also remembers
+// where its thread lives, so throw_to and state_of find it at once (an id
+// made from a number is found by a search of the live threads).
 class thread_id {
  public:
   constexpr thread_id() = default;
   constexpr explicit thread_id(std::uint64_t v) : v_(v) {}
+  constexpr explicit thread_id(detail::thread_ref r) : v_(r.id), where_(r.where) {}
   // value is the number GHC would print as ThreadId N.
   constexpr std::uint64_t value() const { return v_; }
-  friend constexpr bool operator==(thread_id, thread_id) = default;
-  friend constexpr auto operator<=>(thread_id, thread_id) = default;
+  friend constexpr bool operator==(thread_id a, thread_id b) { return a.v_ == b.v_; }
+  friend constexpr auto operator<=>(thread_id a, thread_id b) { return a.v_ <=> b.v_; }
+  // ref is the runtime's view of the id (not part of the API).
+  constexpr detail::thread_ref ref() const { return {v_, where_}; }
 
  private:
   std::uint64_t v_ = 0;
+  std::uintptr_t where_ = 0;  // detail::thread_ref::where
 };
 
 // fork_io starts f() as a new green thread at the back of the current

@@ -34,6 +34,16 @@ struct ops_for {
   static constexpr closure_ops value{&invoke, &destroy};
 };
 
+// A started thread as the runtime names it: its id, and `where` - the
+// address of its Thread object tagged with the run's number in the top 16
+// bits (0 if unknown), which lets the runtime find a live thread without a
+// search and recognise an id from an earlier run.  Thread objects are never
+// freed while a run lasts, and a recycled one no longer carries the id.
+struct thread_ref {
+  std::uint64_t id = 0;
+  std::uintptr_t where = 0;
+};
+
 // A thread that is allocated but not yet started, with closure storage.
 struct thread_slot {
   rts::Thread* thread;
@@ -45,11 +55,11 @@ struct thread_slot {
 thread_slot thread_alloc(std::size_t size, std::size_t align, int cap);
 // thread_discard gives back a thread whose closure failed to construct.
 void thread_discard(rts::Thread* thread) noexcept;
-// thread_start makes a constructed thread runnable; returns its id.
-std::uint64_t thread_start(rts::Thread* thread, const closure_ops* ops, int cap);
+// thread_start makes a constructed thread runnable; returns its name.
+thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap);
 
 template <class F>
-std::uint64_t spawn(int cap, F&& f) {
+thread_ref spawn(int cap, F&& f) {
   using Fn = std::decay_t<F>;
   thread_slot s = thread_alloc(sizeof(Fn), alignof(Fn), cap);
   try {

@@ -15,7 +15,8 @@ struct waiter {
   enum kind_t : std::uint8_t { take, read, put };
   // What ended the wait other than a value: set by the runtime, read by the
   // woken thread after park() returns.
-  enum outcome_t : std::uint8_t { served, killed, orphaned, timed_out };
+  // interrupted: an asynchronous exception (Thread::raised) ended the wait.
+  enum outcome_t : std::uint8_t { served, killed, orphaned, timed_out, interrupted };
 
   waiter* next = nullptr;
   waiter* prev = nullptr;

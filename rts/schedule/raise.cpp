@@ -1,0 +1,247 @@
+// raise.cpp - asynchronous exceptions, the scheduler's half (GHC's
+// RaiseAsync.c): posting, raising, and the wait locks that make a blocked
+// thread findable.
+//
+// Note [Raising asynchronously]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An exception thrown to thread T (throw_to, kill_thread, a timeout, see
+// exception/ and io/timeouts.cpp) travels as a ThrowMsg.  post_throw,
+// holding T's wait_lock, finds T in one of three states:
+//  * finished (live_id is not the id the thrower holds): nothing to do;
+//  * blocked in an mvar wait (blocked_on set) and not masked
+//    uninterruptibly (GHC: a blocked thread in an interruptible operation
+//    is interruptible even when masked): the thrower takes T's waiter off
+//    the mvar's queue (trying the mvar lock, as Note [Killing a blocked
+//    thread] does), sets its outcome to `interrupted`, hands T the
+//    exception (Thread::raised) and wakes it.  T's park() rethrows it.  As
+//    with every wake-up, exactly one party dequeues the waiter, so the
+//    thread leaves the queue exactly once and a racing put either served it
+//    first (then the exception waits on the pending list below, and T keeps
+//    the value) or finds it gone (and serves the next waiter);
+//  * anything else (running, runnable, masked, not started, blocked in a
+//    way that is not interruptible): the message goes on T's pending list,
+//    async_pending is set, and every capability is interrupted.  T raises it
+//    at its next safe point if unmasked, at its next blocking call if masked
+//    interruptibly, or at unmask; or T finishes, and the thrower is told.
+//
+// Why the interrupt reaches T wherever it is.  The thrower's fetch_or on a
+// capability's context_switch word is a release that follows its write of
+// async_pending; nobody clears the word except with an RMW that reads it
+// (acquire) - the owner's exchange at a safe point, or yield's exchange
+// when it found the word set.  So on each capability either the word is
+// still set, and the thread running there next passes a safe point that
+// checks its own pending list, or an acquire read of the word has already
+// consumed it, and every later switch on that capability (switch_to checks
+// the incoming thread's async_pending and re-sets the word) sees the flag.
+// No fence on the switch path is needed for that: the happens-before
+// runs through the word.
+//
+// Why a blocked T cannot miss a message.  A blocker decides to park under
+// wait_lock: it checks async_pending and publishes blocked_on in the same
+// critical section (mvar_core::park).  A thrower holding the same lock sees
+// either blocked_on (and interrupts the wait) or not yet (and T, taking the
+// lock after it, sees the pending message and raises instead of parking).
+//
+// Raising never happens while T is unwinding (a throw from a destructor
+// during unwinding would terminate()); the message waits for the next
+// point at which T is not unwinding.
+#include "schedule/raise.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <exception>
+#include <vector>
+
+#include "capstan/detail/mvar_core.hpp"
+#include "capstan/thread.hpp"
+#include "capstan/errors.hpp"
+#include "primitives/clock.hpp"
+#include "primitives/spin.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/schedule.hpp"
+
+namespace capstan::rts {
+
+namespace {
+
+void unlink(Thread* t, ThrowMsg* m) noexcept {
+  if (m->prev) m->prev->next = m->next; else t->pending_head = m->next;
+  if (m->next) m->next->prev = m->prev; else t->pending_tail = m->prev;
+  m->next = m->prev = nullptr;
+  m->queued = false;
+  if (!t->pending_head) t->async_pending.store(false, std::memory_order_relaxed);
+}
+
+void append(Thread* t, ThrowMsg* m) noexcept {
+  m->next = nullptr;
+  m->prev = t->pending_tail;
+  if (t->pending_tail) t->pending_tail->next = m; else t->pending_head = m;
+  t->pending_tail = m;
+  m->queued = true;
+  t->async_pending.store(true, std::memory_order_relaxed);
+}
+
+// interrupt_all: see the Note (why the interrupt reaches T).
+void interrupt_all() noexcept {
+  for (Capability* c : rt.caps) c->context_switch.fetch_or(kInterrupt, std::memory_order_release);
+}
+
+bool interruptible_wait(const Thread* t) noexcept {
+  // A waiter that blocked while unwinding is left alone: raising there
+  // would terminate() (its uncaught count was saved when it switched out).
+  return t->blocked_on && t->mask != Mask::uninterruptible && !(t->has_eh && t->eh.uncaught != 0);
+}
+
+}  // namespace
+
+Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m) noexcept {
+  for (SpinWait spin;; spin.turn()) {
+    t->wait_lock.lock();
+    if (t->live_id.load(std::memory_order_relaxed) != id) {
+      t->wait_lock.unlock();
+      return Posted::gone;
+    }
+    if (interruptible_wait(t)) {
+      detail::mvar_core* mv = t->blocked_on;
+      if (!mv->try_lock()) {  // the order elsewhere is mvar lock -> wait_lock
+        t->wait_lock.unlock();
+        continue;  // back off and retry: the holder is a few instructions from unlocking
+      }
+      detail::waiter* w = t->waiter;
+      mv->remove(*w);
+      w->outcome = detail::waiter::interrupted;
+      t->blocked_on = nullptr;
+      t->waiter = nullptr;
+      t->raised = m->ex;
+      t->wait_lock.unlock();
+      mv->unlock();  // before waking: T may destroy the mvar as it unwinds
+      m->outcome = ThrowMsg::raised;
+      wake(t);
+      return Posted::raised;
+    }
+    append(t, m);
+    t->wait_lock.unlock();
+    interrupt_all();
+    return Posted::queued;
+  }
+}
+
+bool retract_throw(Thread* t, ThrowMsg* m) noexcept {
+  t->wait_lock.lock();
+  bool was_queued = m->queued;
+  if (was_queued) unlink(t, m);
+  t->wait_lock.unlock();
+  return was_queued;
+}
+
+ThrowMsg* pop_raisable(Thread* cur, bool blocking) noexcept {
+  if (cur->mask == Mask::uninterruptible) return nullptr;
+  if (cur->mask == Mask::interruptible && !blocking) return nullptr;
+  if (std::uncaught_exceptions() != 0) return nullptr;  // see the Note: never while unwinding
+  ThrowMsg* m = cur->pending_head;
+  if (m) unlink(cur, m);
+  return m;
+}
+
+void raise_pending_slow(Thread* cur, bool blocking) {
+  cur->wait_lock.lock();
+  ThrowMsg* m = pop_raisable(cur, blocking);
+  cur->wait_lock.unlock();
+  if (m) raise_msg(m);
+}
+
+void raise_msg(ThrowMsg* m) {
+  std::exception_ptr ex = m->ex;  // m may be gone once on_done returns
+  m->outcome = ThrowMsg::raised;
+  if (m->on_done) m->on_done(m);
+  my_task()->cap->async_raised.add();
+  std::rethrow_exception(std::move(ex));
+}
+
+void raise_interrupted(Thread* cur) {
+  std::exception_ptr ex = std::move(cur->raised);
+  cur->raised = nullptr;
+  my_task()->cap->async_raised.add();
+  std::rethrow_exception(std::move(ex));
+}
+
+void finish_pending(Thread* self) noexcept {
+  if (!rt.waits_need_lock.load(std::memory_order_relaxed)) {
+    // Nobody has posted in this run (posting turns wait locks on first).
+    self->live_id.store(0, std::memory_order_relaxed);
+    return;
+  }
+  self->wait_lock.lock();
+  self->live_id.store(0, std::memory_order_relaxed);
+  ThrowMsg* list = self->pending_head;
+  self->pending_head = self->pending_tail = nullptr;
+  self->async_pending.store(false, std::memory_order_relaxed);
+  for (ThrowMsg* m = list; m; m = m->next) m->queued = false;
+  self->wait_lock.unlock();
+  while (list) {
+    ThrowMsg* next = list->next;  // read first: on_done may free it
+    list->outcome = ThrowMsg::target_finished;
+    if (list->on_done) list->on_done(list);
+    list = next;
+  }
+}
+
+// expire_due_timeouts: at a timeslice boundary, a running thread's
+// timeouts whose deadline has passed and that have no timer post their
+// exception to the thread itself (Note [Timeouts] in io/timeouts.cpp).
+void expire_due_timeouts(Thread* cur) {
+  std::int64_t now = now_ns();
+  for (TimeoutFrame* f = cur->timeouts; f; f = f->outer) {
+    if (f->armed || f->fired || f->deadline_ns > now) continue;
+    f->fired = true;  // unarmed: only its owner (we) touches it
+    f->msg.ex = std::make_exception_ptr(timeout_expired{f->thread, f->token});
+    post_throw(cur, cur->id, &f->msg);  // queued: we are running
+  }
+}
+
+// Note [Wait locks]
+// ~~~~~~~~~~~~~~~~~
+// Thread::wait_lock guards blocked_on/waiter, the pending list and live_id
+// once anyone may look at another thread's wait: a thrower, a timeout's
+// timer, the shutdown killer.  Before that, an mvar hand-off would pay two
+// locked instructions for nobody, so blockers and wakers skip the lock while
+// rt.waits_need_lock is false.  Turning it on is an asymmetric fence (as in
+// userspace RCU or folly's asymmetricHeavyBarrier):
+//   1. waits_need_lock = true (seq_cst);
+//   2. membarrier(PRIVATE_EXPEDITED): every running thread of the process
+//      executes a full barrier, so every later read of the flag sees true;
+//   3. wait until every other capability has made a scheduling decision
+//      (sched_epoch moved, read with acquire) or is idle or free: an mvar
+//      operation that read false before step 2 has then finished, and its
+//      writes to blocked_on happen-before our reads.
+// Concurrent callers each run the steps (they are idempotent) and each
+// returns only after its own step 3, so nobody proceeds early; wait_locks_on
+// lets later callers skip all of it.  OS threads that run no green thread
+// (try_put from a plain thread) always take the lock; so does everyone if
+// membarrier is unavailable.  Once on, the lock stays on for the run.
+void enable_wait_locks() {
+  if (rt.wait_locks_on.load(std::memory_order_acquire)) [[likely]] return;
+  rt.waits_need_lock.store(true, std::memory_order_seq_cst);
+  if (rt.membarrier_ok) {
+    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    Capability* mine = my_task()->cap;
+    std::vector<std::uint64_t> seen;
+    for (Capability* c : rt.caps) seen.push_back(c->sched_epoch.load(std::memory_order_acquire));
+    for (std::size_t i = 0; i < rt.caps.size(); ++i) {
+      Capability* c = rt.caps[i];
+      if (c == mine) continue;
+      // A free capability runs nothing (a capless Task always takes the lock).
+      while (c->sched_epoch.load(std::memory_order_acquire) == seen[i] &&
+             !c->idle.load(std::memory_order_acquire) &&
+             c->hold.load(std::memory_order_acquire) != Hold::free) {
+        interrupt_capability(c);
+        capstan::yield();
+      }
+    }
+  }
+  rt.wait_locks_on.store(true, std::memory_order_release);
+}
+
+}  // namespace capstan::rts

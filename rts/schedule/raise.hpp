@@ -1,0 +1,67 @@
+// raise.hpp - asynchronous exceptions, the scheduler's half (GHC's
+// RaiseAsync.c): posting an exception to a thread, and raising it in the
+// thread at a safe point or a blocking call.  Waiting for delivery
+// (throw_to), masks and timeouts are built on these in exception/ and io/.
+// See Note [Raising asynchronously] in schedule/raise.cpp.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "capstan/detail/bridge.hpp"
+#include "thread/thread.hpp"
+
+namespace capstan::rts {
+
+// raise_pending_slow raises the oldest exception thrown to `cur` (the
+// running thread) if its mask allows it here: at a safe point only when
+// unmasked; at a blocking call (`blocking`) also when masked
+// interruptibly.  Never while `cur` is unwinding.  Returns if nothing was
+// raised.
+void raise_pending_slow(Thread* cur, bool blocking);
+
+// raise_pending: the inline check in front of raise_pending_slow.
+inline void raise_pending(Thread* cur, bool blocking) {
+  if (cur->async_pending.load(std::memory_order_relaxed)) [[unlikely]]
+    raise_pending_slow(cur, blocking);
+}
+
+// pop_raisable takes the message `cur` may raise here (as
+// raise_pending_slow decides) off its pending list; cur->wait_lock held.
+ThrowMsg* pop_raisable(Thread* cur, bool blocking) noexcept;
+// raise_msg tells m's thrower and raises m's exception in the caller.
+[[noreturn]] void raise_msg(ThrowMsg* m);
+
+// raise_interrupted rethrows the exception that interrupted cur's wait
+// (waiter::interrupted; Thread::raised), counting it.
+[[noreturn]] void raise_interrupted(Thread* cur);
+
+enum class Posted : std::uint8_t {
+  gone,    // the thread has finished (or never existed in this run): nothing done
+  raised,  // it was blocked interruptibly: its wait ended with m->ex, m is done
+  queued,  // m waits on its pending list; m->on_done will be called
+};
+
+// post_throw throws m->ex to the thread t that had id `id`.  Wait locks
+// must be on (enable_wait_locks).  Never blocks for long: callable from
+// the IO thread.
+Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m) noexcept;
+
+// expire_due_timeouts posts to `cur` (running) the time-outs of its
+// unarmed timeout frames whose deadline has passed.
+void expire_due_timeouts(Thread* cur);
+
+// retract_throw takes a queued m back off t's pending list; false if the
+// target already took it (its on_done is then being called).
+bool retract_throw(Thread* t, ThrowMsg* m) noexcept;
+
+// finish_pending, when `self` finishes: it is no longer a target, and
+// every thrower still waiting is told so (target_finished).
+void finish_pending(Thread* self) noexcept;
+
+// enable_wait_locks turns on Thread::wait_lock for every blocker and waker
+// and returns once nobody can still be skipping it (Note [Wait locks]).
+// Idempotent; cheap once done.  Call on a green thread.
+void enable_wait_locks();
+
+}  // namespace capstan::rts

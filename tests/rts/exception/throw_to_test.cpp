@@ -1,0 +1,250 @@
+// throw_to_test.cpp - throw_to / kill_thread: where an asynchronous
+// exception lands, when throw_to returns, and state_of (Note [Raising
+// asynchronously] in rts/schedule/raise.cpp).
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include "capstan/capstan.hpp"
+#include "capstan_test.hpp"
+
+using namespace capstan;
+using namespace std::chrono_literals;
+using capstan_test::WithCaps;
+using capstan_test::green_wait_until;
+
+namespace {
+
+class ThrowTo : public WithCaps {};
+
+struct boom {
+  int v;
+};
+
+// A thread blocked on an mvar is interrupted at once; its destructors run.
+TEST_P(ThrowTo, InterruptsABlockedTakeAndUnwinds) {
+  run([] {
+    mvar<int> never;
+    mvar<int> caught;
+    std::atomic<bool> dtor{false};
+    struct D {
+      std::atomic<bool>* f;
+      ~D() { f->store(true); }
+    };
+    thread_id t = fork_io([&] {
+      try {
+        D d{&dtor};
+        never.take();
+      } catch (const boom& b) {
+        caught.put(b.v);
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    EXPECT_EQ(state_of(t), thread_state::blocked);
+    throw_to(t, boom{7});
+    EXPECT_EQ(caught.take(), 7);
+    EXPECT_TRUE(dtor.load());
+    EXPECT_EQ(never.waiting(), 0u) << "the interrupted taker is still queued";
+    // A later put is not taken by the departed thread.
+    never.put(1);
+    EXPECT_EQ(never.try_take(), 1);
+  });
+}
+
+// A running thread receives it at its next safe point, and throw_to waits
+// for that.
+TEST_P(ThrowTo, RunningThreadMeetsItAtASafePoint) {
+  run([] {
+    std::atomic<bool> started{false}, raised{false};
+    std::atomic<long> spins{0};
+    thread_id t = fork_io([&] {
+      started = true;
+      try {
+        for (;;) {
+          spins.fetch_add(1, std::memory_order_relaxed);
+          yield_point();
+        }
+      } catch (const boom&) {
+        raised = true;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return started.load(); }));
+    throw_to(t, boom{1});
+    // throw_to returned: the exception has been raised, so the loop has
+    // stopped for good (the handler itself may still be on its way).
+    ASSERT_TRUE(green_wait_until([&] { return raised.load(); }));
+    long n = spins.load();
+    sleep_for(5ms);
+    EXPECT_EQ(spins.load(), n);
+  });
+}
+
+// kill_thread ends a thread: state_of says died, statistics count it.
+TEST_P(ThrowTo, KillThreadAndStateOf) {
+  run([] {
+    auto before = statistics();
+    mvar<int> never;
+    thread_id t = fork_io([&] { never.take(); });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    kill_thread(t);
+    ASSERT_TRUE(green_wait_until([&] { return state_of(t) == thread_state::died; }));
+    thread_id done = fork_io([] {});
+    ASSERT_TRUE(green_wait_until([&] { return state_of(done) == thread_state::finished; }));
+    EXPECT_EQ(state_of(self()), thread_state::running);
+    auto after = statistics();
+    EXPECT_EQ(after.threads_killed - before.threads_killed, 1u);
+    EXPECT_GE(after.async_exceptions - before.async_exceptions, 1u);
+  });
+}
+
+// Throwing to a finished thread does nothing; to self, throws at once.
+TEST_P(ThrowTo, FinishedTargetAndSelf) {
+  run([] {
+    thread_id t = fork_io([] {});
+    ASSERT_TRUE(green_wait_until([&] { return state_of(t) == thread_state::finished; }));
+    throw_to(t, boom{1});  // returns: nothing to do
+    EXPECT_THROW(throw_to(self(), boom{2}), boom);
+    // An id made from a number finds the thread by search.
+    mvar<int> never;
+    std::atomic<bool> got{false};
+    thread_id u = fork_io([&] {
+      try {
+        never.take();
+      } catch (const boom&) {
+        got = true;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    throw_to(thread_id{u.value()}, boom{3});
+    ASSERT_TRUE(green_wait_until([&] { return got.load(); }));
+  });
+}
+
+// A thread killed before it ever ran never runs its body.
+TEST_P(ThrowTo, KilledBeforeStartingNeverRuns) {
+  run(capstan_test::opts(caps(), std::chrono::seconds(10)), [] {
+    kill_thread(fork_io([] {}));  // the first throw of a run may yield (Note [Wait locks])
+    std::atomic<bool> ran{false};
+    // fork_on our own capability at the back of the queue: it cannot start
+    // before we kill it (we do not reach a safe point in between).
+    thread_id t = fork_on(current_capability(), [&] { ran = true; });
+    kill_thread(t);
+    EXPECT_FALSE(ran.load());
+    EXPECT_EQ(state_of(t), thread_state::died);
+  });
+}
+
+// thread_killed is not a std::exception.
+TEST_P(ThrowTo, CatchStdExceptionDoesNotCatchThreadKilled) {
+  run([] {
+    mvar<int> never;
+    mvar<std::string> how;
+    thread_id t = fork_io([&] {
+      try {
+        try {
+          never.take();
+        } catch (const std::exception&) {
+          how.put("std::exception");
+          return;
+        }
+      } catch (const thread_killed&) {
+        how.put("thread_killed");
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    kill_thread(t);
+    EXPECT_EQ(how.take(), "thread_killed");
+  });
+}
+
+// A thread that catches thread_killed and carries on is legal.
+TEST_P(ThrowTo, CatchAndCarryOn) {
+  run([] {
+    mvar<int> never, out;
+    thread_id t = fork_io([&] {
+      int n = 0;
+      for (int i = 0; i < 3; ++i) {
+        try {
+          never.take();
+        } catch (const thread_killed&) {
+          ++n;
+        }
+      }
+      out.put(n);
+    });
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+      kill_thread(t);
+    }
+    EXPECT_EQ(out.take(), 3);
+  });
+}
+
+// A put racing with a kill never loses the value: the taker either got it
+// (and the exception comes at its next safe point) or the value stays.
+TEST_P(ThrowTo, PutRacingKillNeverLosesTheValue) {
+  run([] {
+    for (int round = 0; round < 300 / capstan_test::kScale + 20; ++round) {
+      mvar<int> box;
+      std::atomic<int> got{0};
+      mvar<int> done;
+      thread_id t = fork_io([&] {
+        try {
+          got = box.take();
+          yield();  // a safe point: a pending kill lands here
+        } catch (const thread_killed&) {
+        }
+        done.put(1);
+      });
+      ASSERT_TRUE(green_wait_until([&] { return box.waiting() == 1; }));
+      fork_io([&] { box.put(5); });
+      if (round % 2) yield();
+      kill_thread(t);
+      done.take();
+      // Either the taker got the value, or it is still in the mvar (the
+      // put may also still be on its way).
+      ASSERT_TRUE(green_wait_until([&] { return got.load() == 5 || !box.is_empty(); }));
+      EXPECT_TRUE(got.load() == 5 ? box.is_empty() : box.try_take() == 5);
+    }
+  });
+}
+
+// A thread inside safe_call receives it when the call returns.
+TEST_P(ThrowTo, SafeCallReceivesItOnReturn) {
+  run([] {
+    std::atomic<bool> in_call{false}, release{false}, after{false}, caught{false};
+    thread_id t = fork_io([&] {
+      try {
+        safe_call([&] {
+          in_call = true;
+          while (!release.load()) std::this_thread::yield();
+        });
+        after = true;
+      } catch (const boom&) {
+        caught = true;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return in_call.load(); }));
+    fork_io([&] {
+      sleep_for(20ms);
+      release = true;
+    });
+    throw_to(t, boom{0});
+    EXPECT_TRUE(release.load()) << "throw_to returned while the target was still in its safe call";
+    ASSERT_TRUE(green_wait_until([&] { return caught.load(); }));
+    EXPECT_FALSE(after.load());
+  });
+}
+
+// Bad ids get a clear error; off a green thread, a usage_error.
+TEST_P(ThrowTo, MisuseIsReported) {
+  run([] {
+    EXPECT_THROW(kill_thread(thread_id{}), usage_error);
+    EXPECT_THROW(state_of(thread_id{1u << 30}), usage_error);
+  });
+  EXPECT_THROW(kill_thread(thread_id{1}), usage_error);
+}
+
+CAPSTAN_INSTANTIATE_CAPS(ThrowTo);
+
+}  // namespace

@@ -1,0 +1,92 @@
+// timeout_test.cpp - timeout(): results, time-outs of blocked and
+// computing functions, nesting, and no late time-out (Note [Timeouts]).
+#include <atomic>
+#include <optional>
+
+#include "capstan/capstan.hpp"
+#include "capstan_test.hpp"
+
+using namespace capstan;
+using namespace std::chrono_literals;
+using capstan_test::WithCaps;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+class Timeout : public WithCaps {};
+
+TEST_P(Timeout, ResultWhenInTime) {
+  run([] {
+    EXPECT_EQ(timeout(1s, [] { return 42; }), std::optional<int>(42));
+    EXPECT_TRUE(timeout(1s, [] {}));
+    EXPECT_FALSE(timeout(0s, [] { return 1; }).has_value());
+    EXPECT_THROW(timeout(1s, []() -> int { throw std::runtime_error("x"); }), std::runtime_error);
+  });
+}
+
+TEST_P(Timeout, InterruptsABlockedTake) {
+  run([] {
+    mvar<int> never;
+    auto t0 = Clock::now();
+    EXPECT_FALSE(timeout(20ms, [&] { return never.take(); }).has_value());
+    EXPECT_GE(Clock::now() - t0, 20ms);
+    EXPECT_EQ(never.waiting(), 0u);
+    EXPECT_FALSE(timeout(10ms, [] { sleep_for(10s); }));
+  });
+}
+
+TEST_P(Timeout, InterruptsAComputation) {
+  run(capstan_test::opts(caps(), 2ms), [] {
+    std::atomic<bool> stop{false};
+    auto r = timeout(20ms, [&] {
+      while (!stop.load()) yield_point();
+      return 1;
+    });
+    EXPECT_FALSE(r.has_value());
+  });
+}
+
+TEST_P(Timeout, Nested) {
+  run([] {
+    mvar<int> never;
+    // The inner one fires first: the outer sees the inner's nullopt.
+    auto outer = timeout(10s, [&] { return timeout(10ms, [&] { return never.take(); }); });
+    ASSERT_TRUE(outer.has_value());
+    EXPECT_FALSE(outer->has_value());
+    // The outer one fires first: it passes through the inner timeout.
+    bool inner_returned = false;
+    auto o2 = timeout(10ms, [&] {
+      auto r = timeout(10s, [&] { return never.take(); });
+      inner_returned = true;
+      return r;
+    });
+    EXPECT_FALSE(o2.has_value());
+    EXPECT_FALSE(inner_returned);
+  });
+}
+
+// A timeout that ended in time never fires later.
+TEST_P(Timeout, NoLateTimeOut) {
+  run([] {
+    mvar<int> box;
+    for (int i = 0; i < 200; ++i) {
+      fork_io([&] { box.put(i); });
+      EXPECT_EQ(timeout(5ms, [&] { return box.take(); }), std::optional<int>(i));
+    }
+    // Anything still in flight would land in this sleep.
+    EXPECT_NO_THROW(sleep_for(20ms));
+  });
+}
+
+// Many timeouts around instant work, in a loop: cheap, and nothing leaks.
+TEST_P(Timeout, ManyInstantTimeouts) {
+  run([] {
+    long sum = 0;
+    for (int i = 0; i < 100000; ++i) sum += *timeout(60s, [i] { return i; });
+    EXPECT_EQ(sum, 100000L * 99999 / 2);
+  });
+}
+
+CAPSTAN_INSTANTIATE_CAPS(Timeout);
+
+}  // namespace
