@@ -56,16 +56,26 @@ bool parse_uint(const char* s, unsigned long& out) {
 void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
   if (f[0] != '-' || f[1] == '\0') {
-    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
+    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>, --deadlock-detection=off|on|force");
   }
   if (flag == "-?" || flag == "--help")
-    bad(flag, where, "asks for the flag summary; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
+    bad(flag, where, "asks for the flag summary; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>, --deadlock-detection=off|on|force");
   const char* arg = f + 2;
   if (flag.rfind("--spare-tasks", 0) == 0) {
     unsigned long n = 0;
     if (flag.size() < 15 || flag[13] != '=' || !parse_uint(f + 14, n) || n > 1024)
       bad(flag, where, "expected --spare-tasks=<n>, spare OS threads kept per capability, 0 <= n <= 1024");
     o.max_spare_tasks = static_cast<unsigned>(n);
+    return;
+  }
+  if (flag.rfind("--deadlock-detection", 0) == 0) {
+    std::string v = flag.size() > 21 && flag[20] == '=' ? flag.substr(21) : "";
+    if (v == "off") o.deadlock_detection = options::deadlock::off;
+    else if (v == "on") o.deadlock_detection = options::deadlock::on;
+    else if (v == "force") o.deadlock_detection = options::deadlock::force;
+    else
+      bad(flag, where, "expected --deadlock-detection=off, =on (the default: stands down while "
+                       "OS threads the runtime did not make exist) or =force");
     return;
   }
   switch (f[1]) {
@@ -124,7 +134,7 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
     default:
       break;
   }
-  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>");
+  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>, --deadlock-detection=off|on|force");
 }
 
 }  // namespace
@@ -138,6 +148,8 @@ const char* options::usage() {
          "  -e<n>      sparks per capability pool (default 4096)\n"
          "  -kw<n>     idle stacks kept warm per capability (default 256)\n"
          "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n"
+         "  --deadlock-detection=off|on|force  raise blocked_indefinitely when every thread is\n"
+         "             blocked for good (default on: not while outside OS threads exist)\n"
          "  -?         print this summary (also --help)\n";
 }
 

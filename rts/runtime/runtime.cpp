@@ -181,6 +181,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   register_exit_handler_once();
   std::construct_at(&runtime_slot.rt, o);
   end_of_run.constructed = true;
+  rt.main_tid = static_cast<long>(::syscall(SYS_gettid));
   ++process.epoch;
   process.awaiting_incalls.store(false);
 

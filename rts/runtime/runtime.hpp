@@ -82,7 +82,10 @@ struct Runtime {
   SharedCounter tasks_created;
   SharedCounter incall_threads_created;          // not counted by any capability
   std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
-  Fates fates;                                   // internally synchronised (thread/fates.hpp)
+  Fates fates;
+  long main_tid = 0;                             // [start] OS thread id of run()'s caller
+  SharedCounter deadlocks_detected;              // exception/deadlock.cpp
+  SharedCounter deadlock_stood_down;                                   // internally synchronised (thread/fates.hpp)
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
   std::chrono::steady_clock::time_point started;  // [start]
   Ticker ticker;                                 // started and stopped by run_main

@@ -15,6 +15,7 @@
 // tick would only delay a timeslice, but we do not lose it.
 #include "runtime/ticker.hpp"
 
+#include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <system_error>
 
 #include "capstan/spark.hpp"
+#include "exception/deadlock.hpp"
 #include "mvar/event.hpp"
 #include "primitives/fault_injection.hpp"
 #include "primitives/parker.hpp"
@@ -43,7 +45,10 @@ void Ticker::start(std::chrono::microseconds timeslice) {
   if (fault_injection::should_fail(fault_injection::fail_ticker_start))
     throw std::system_error(EAGAIN, std::generic_category(),
                             "capstan: cannot start the ticker thread (fault injected by a test)");
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "capstan-tick");  // Note [Deadlock detection]
+    loop();
+  });
 }
 
 void Ticker::stop() {
@@ -95,13 +100,25 @@ void Ticker::loop() {
       }
     }
     idle_ticks = any_busy ? 0 : idle_ticks + 1;
-    if (idle_ticks >= 2 && !rt.shutting_down.load(std::memory_order_relaxed)) {
+    // Note [Deadlock detection] in exception/deadlock.cpp.
+    DeadlockTick dl = DeadlockTick::none;
+    if (any_busy) deadlock_reset();
+    else dl = deadlock_tick();
+    if (idle_ticks >= 2 && dl != DeadlockTick::suspected &&
+        !rt.shutting_down.load(std::memory_order_relaxed)) {
       rt.ticker_parked.store(1, std::memory_order_seq_cst);
       if (rt.n_idle.load(std::memory_order_seq_cst) == rt.n_caps) {
         rt.arena.release_warm();  // Note [Trimming when idle]
+        // Stood down for an outside OS thread: look again every 100 ms.
+        struct timespec recheck {0, 100'000'000};
         while (rt.ticker_parked.load(std::memory_order_seq_cst) == 1 &&
-               !quit_.load(std::memory_order_seq_cst))
+               !quit_.load(std::memory_order_seq_cst)) {
+          if (dl == DeadlockTick::stood_down) {
+            futex_wait(&rt.ticker_parked, 1, &recheck);
+            break;
+          }
           futex_wait(&rt.ticker_parked, 1);
+        }
       }
       rt.ticker_parked.store(0, std::memory_order_seq_cst);
       idle_ticks = 0;

@@ -88,22 +88,23 @@ void interrupt_all() noexcept {
   for (Capability* c : rt.caps) c->context_switch.fetch_or(kInterrupt, std::memory_order_release);
 }
 
-bool interruptible_wait(const Thread* t) noexcept {
+bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
   // A waiter that blocked while unwinding is left alone: raising there
   // would terminate() (its uncaught count was saved when it switched out).
-  return t->blocked_on && t->mask != Mask::uninterruptible && !(t->has_eh && t->eh.uncaught != 0);
+  return t->blocked_on && (ignore_mask || t->mask != Mask::uninterruptible) &&
+         !(t->has_eh && t->eh.uncaught != 0);
 }
 
 }  // namespace
 
-Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m) noexcept {
+Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) noexcept {
   for (SpinWait spin;; spin.turn()) {
     t->wait_lock.lock();
     if (t->live_id.load(std::memory_order_relaxed) != id) {
       t->wait_lock.unlock();
       return Posted::gone;
     }
-    if (interruptible_wait(t)) {
+    if (interruptible_wait(t, ignore_mask)) {
       detail::mvar_core* mv = t->blocked_on;
       if (!mv->try_lock()) {  // the order elsewhere is mvar lock -> wait_lock
         t->wait_lock.unlock();
@@ -120,6 +121,10 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m) noexcept {
       m->outcome = ThrowMsg::raised;
       wake(t);
       return Posted::raised;
+    }
+    if (ignore_mask) {
+      t->wait_lock.unlock();
+      return Posted::gone;
     }
     append(t, m);
     t->wait_lock.unlock();

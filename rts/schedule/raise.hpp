@@ -45,7 +45,9 @@ enum class Posted : std::uint8_t {
 // post_throw throws m->ex to the thread t that had id `id`.  Wait locks
 // must be on (enable_wait_locks).  Never blocks for long: callable from
 // the IO thread.
-Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m) noexcept;
+// With ignore_mask (deadlock detection), a blocked thread is interrupted
+// whatever its mask, and one that is not blocked is left alone (Posted::gone).
+Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask = false) noexcept;
 
 // expire_due_timeouts posts to `cur` (running) the time-outs of its
 // unarmed timeout frames whose deadline has passed.

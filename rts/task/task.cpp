@@ -106,6 +106,9 @@ void start_os_thread(Task* task, void (*body)(Task*)) {
       throw std::system_error(EAGAIN, std::generic_category(),
                               "capstan: cannot start an OS thread (fault injected by a test)");
     std::thread([task, body] {
+      // Named, so deadlock detection can tell the runtime's OS threads from
+      // the program's (Note [Deadlock detection] in exception/deadlock.cpp).
+      pthread_setname_np(pthread_self(), "capstan-task");
       bind_task_to_this_os_thread(task);
       init_task_sanitizer_state(task);
       if (!rt.sanitizers) enter_signal_stack(task);

@@ -37,7 +37,8 @@ struct timeout_expired {
 };
 
 // blocked_indefinitely is thrown in threads blocked on an mvar that is
-// destroyed: nobody can ever serve them (GHC's BlockedIndefinitelyOnMVar).
+// destroyed, and in every blocked thread when deadlock detection finds that
+// nothing can wake any of them (GHC's BlockedIndefinitelyOnMVar).
 class blocked_indefinitely : public std::runtime_error {
  public:
   blocked_indefinitely() : std::runtime_error("thread blocked indefinitely in an mvar operation") {}

@@ -31,6 +31,13 @@ struct options {
   // when they fall idle.  +RTS --spare-tasks=<n>, default 6 as GHC's
   // MAX_SPARE_WORKERS.
   unsigned max_spare_tasks = 6;
+  // Deadlock detection, +RTS --deadlock-detection=off|on|force: when every
+  // thread is blocked and nothing can wake one (no timer, fd wait, safe
+  // call or in-call), each blocked thread gets blocked_indefinitely.  `on`
+  // stands down while the process has OS threads the runtime did not make
+  // (they could try_put into an mvar); `force` ignores them.
+  enum class deadlock : unsigned char { off, on, force };
+  deadlock deadlock_detection = deadlock::on;
 
   // parse returns the defaults updated first by the CAPSTAN_RTS environment
   // variable, then by every `+RTS ... -RTS` group in argv, which it removes

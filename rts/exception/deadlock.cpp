@@ -1,0 +1,147 @@
+// deadlock.cpp - deadlock detection: when every thread is blocked and
+// nothing can wake one, each gets blocked_indefinitely (GHC's
+// resurrectThreads after a major GC).
+//
+// Note [Deadlock detection]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// GHC finds threads blocked on unreachable MVars with its GC.  C++ has no
+// GC, so capstan asks a simpler question: can *anything* wake *any*
+// thread?  A thread can be woken only by another green thread (none runs:
+// every capability is idle with an empty inbox), by the IO manager (a
+// sleep, fd wait or timer pending: io_parked), by a thread returning from
+// a safe call, by an in-call, or by an OS thread the runtime does not know
+// (a std::thread holding a reference to an mvar may try_put into it at any
+// time).  If none of them exists, the run can make no progress: every
+// blocked thread - main included - is sent blocked_indefinitely, regardless
+// of its mask (as GHC's throwToSingleThreaded), and unwinds; run() returns
+// or throws as main does.
+// The ticker checks on each tick that finds every capability idle, and
+// acts only if the same quiet state (no context switch anywhere in
+// between) held one tick earlier too: a request on its way to the IO
+// thread, or a capability between two states, has settled by then.  At
+// the default 10 ms tick that is 10-20 ms after the last thread blocked.
+// The outside OS threads are counted in /proc/self/task: the runtime names
+// its own (capstan-task, capstan-tick, capstan-io), and the thread that
+// called run() is known; any other thread makes the detector stand down
+// (`+RTS --deadlock-detection=on`, the default), counted in the statistics
+// and re-checked every 100 ms while the run stays quiet.  `force` ignores
+// outside threads (the program promises none can wake a green thread);
+// `off` never checks.  Threads blocked while unwinding cannot be raised in
+// (that would terminate()); they stay blocked.
+#include "exception/deadlock.hpp"
+
+#include <dirent.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+
+#include "capstan/errors.hpp"
+#include "io/io_manager.hpp"
+#include "runtime/runtime.hpp"
+#include "schedule/raise.hpp"
+
+namespace capstan::rts {
+
+namespace {
+
+// Ticker-owned state.
+std::uint64_t g_seen_switches = 0;
+bool g_suspected = false;
+
+std::uint64_t all_switches() {
+  std::uint64_t n = 0;
+  for (Capability* c : rt.caps) n += c->context_switches.get() + c->threads_created.get();
+  return n;
+}
+
+// quiet: nothing runs and nothing is known that could wake a thread.
+bool quiet() {
+  if (rt.shutting_down.load(std::memory_order_acquire)) return false;
+  if (rt.n_idle.load(std::memory_order_seq_cst) != rt.n_caps) return false;
+  for (Capability* c : rt.caps)
+    if (c->inbox.nonempty_seq_cst() || c->hold.load(std::memory_order_seq_cst) == Hold::free)
+      return false;  // work queued, or a capability in a safe call / changing hands
+  if (io_parked() != 0) return false;
+  if (process.incalls.load(std::memory_order_seq_cst) != 0) return false;
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  for (auto& task : rt.tasks)
+    if (task->in_safe_call.load(std::memory_order_relaxed)) return false;
+  return true;
+}
+
+// outside_threads: OS threads of this process the runtime did not make.
+unsigned outside_threads() {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 1;  // cannot tell: assume the worst
+  unsigned n = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    long tid = std::strtol(e->d_name, nullptr, 10);
+    if (tid == rt.main_tid) continue;
+    char path[64], comm[32] = {};
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld/comm", tid);
+    if (FILE* f = std::fopen(path, "r")) {
+      if (!std::fgets(comm, sizeof comm, f)) comm[0] = '\0';
+      std::fclose(f);
+    } else {
+      continue;  // it has just exited
+    }
+    if (std::strncmp(comm, "capstan-", 8) != 0) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// break_deadlock sends blocked_indefinitely to every thread blocked on an
+// mvar.  Every capability is idle, so nobody is inside an mvar operation:
+// the wait locks can be turned on without waiting (Note [Wait locks]).
+unsigned break_deadlock() {
+  rt.waits_need_lock.store(true, std::memory_order_seq_cst);
+  rt.wait_locks_on.store(true, std::memory_order_release);
+  static const std::exception_ptr ex = std::make_exception_ptr(blocked_indefinitely{});
+  unsigned n = 0;
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      ThrowMsg m;
+      m.ex = ex;
+      if (post_throw(t, t->live_id.load(std::memory_order_relaxed), &m, /*ignore_mask=*/true) ==
+          Posted::raised)
+        ++n;
+    }
+    c->all_lock.unlock();
+  }
+  return n;
+}
+
+}  // namespace
+
+void deadlock_reset() { g_suspected = false; }
+
+DeadlockTick deadlock_tick() {
+  if (rt.opts.deadlock_detection == options::deadlock::off) return DeadlockTick::none;
+  if (!quiet()) {
+    g_suspected = false;
+    return DeadlockTick::none;
+  }
+  std::uint64_t sw = all_switches();
+  if (!g_suspected || sw != g_seen_switches) {
+    g_suspected = true;
+    g_seen_switches = sw;
+    return DeadlockTick::suspected;
+  }
+  g_suspected = false;
+  if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0) {
+    rt.deadlock_stood_down.add();
+    return DeadlockTick::stood_down;
+  }
+  if (break_deadlock() == 0) return DeadlockTick::none;  // all blocked while unwinding
+  rt.deadlocks_detected.add();
+  return DeadlockTick::broken;
+}
+
+}  // namespace capstan::rts

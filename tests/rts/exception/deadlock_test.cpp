@@ -1,0 +1,153 @@
+// deadlock_test.cpp - deadlock detection (Note [Deadlock detection] in
+// rts/exception/deadlock.cpp): blocked_indefinitely when nothing can wake
+// anyone, and never while something could.
+#include <atomic>
+#include <thread>
+
+#include "capstan/capstan.hpp"
+#include "capstan_test.hpp"
+
+using namespace capstan;
+using namespace std::chrono_literals;
+using capstan_test::WithCaps;
+using capstan_test::green_wait_until;
+
+namespace {
+
+class Deadlock : public WithCaps {};
+
+TEST_P(Deadlock, MainBlockedForeverGetsBlockedIndefinitely) {
+  EXPECT_THROW(run([] {
+                 mvar<int> never;
+                 never.take();
+               }),
+               blocked_indefinitely);
+  EXPECT_EQ(statistics().deadlocks_detected, 1u);
+}
+
+// Every blocked thread gets it, forked ones end quietly, main can catch it.
+TEST_P(Deadlock, EveryBlockedThreadIsWoken) {
+  run([] {
+    mvar<int> a, b;
+    std::atomic<int> woken{0};
+    for (int i = 0; i < 10; ++i)
+      fork_io([&] {
+        try {
+          a.take();
+        } catch (const blocked_indefinitely&) {
+          woken.fetch_add(1);
+        }
+      });
+    // Masked threads too (GHC raises it whatever the mask).
+    fork_io([&] {
+      uninterruptible_mask([&] {
+        try {
+          b.take();
+        } catch (const blocked_indefinitely&) {
+          woken.fetch_add(1);
+        }
+      });
+    });
+    bool main_woken = false;
+    try {
+      mvar<int>().take();
+    } catch (const blocked_indefinitely&) {
+      main_woken = true;
+    }
+    EXPECT_TRUE(main_woken);
+    ASSERT_TRUE(green_wait_until([&] { return woken.load() == 11; }));
+    EXPECT_EQ(statistics().deadlocks_detected, 1u);
+  });
+}
+
+// Not while a timer is pending: a sleeper will put.
+TEST_P(Deadlock, NotWhileASleeperWillWakeUs) {
+  run([] {
+    mvar<int> m;
+    fork_io([&] {
+      sleep_for(80ms);
+      m.put(3);
+    });
+    EXPECT_EQ(m.take(), 3);
+    EXPECT_EQ(statistics().deadlocks_detected, 0u);
+  });
+}
+
+// Not while a thread is inside a safe call that will put.
+TEST_P(Deadlock, NotWhileASafeCallIsInProgress) {
+  run([] {
+    mvar<int> m;
+    fork_io([&] {
+      safe_call([] { std::this_thread::sleep_for(80ms); });
+      m.put(4);
+    });
+    EXPECT_EQ(m.take(), 4);
+    EXPECT_EQ(statistics().deadlocks_detected, 0u);
+  });
+}
+
+// Not while an outside OS thread exists (it may try_put): stands down,
+// and says so in the statistics.
+TEST_P(Deadlock, StandsDownForAnOutsideOsThread) {
+  run([] {
+    mvar<int> m;
+    std::thread outside([&] {
+      std::this_thread::sleep_for(150ms);
+      while (!m.try_put(5)) std::this_thread::yield();
+    });
+    EXPECT_EQ(m.take(), 5);
+    outside.join();
+    EXPECT_EQ(statistics().deadlocks_detected, 0u);
+    EXPECT_GE(statistics().deadlock_checks_skipped, 1u);
+  });
+}
+
+// Once the outside thread has gone, the detector acts.
+TEST_P(Deadlock, ActsOnceTheOutsideThreadHasGone) {
+  run([] {
+    std::thread([] {}).join();
+    std::thread outside([] { std::this_thread::sleep_for(50ms); });
+    mvar<int> never;
+    fork_io([&] { safe_call([&] { outside.join(); }); });
+    EXPECT_THROW(never.take(), blocked_indefinitely);
+  });
+}
+
+// force ignores outside threads; off never fires.
+TEST_P(Deadlock, ForceAndOff) {
+  options o = capstan_test::opts(caps());
+  o.deadlock_detection = options::deadlock::force;
+  std::atomic<bool> quit{false};
+  std::thread outside([&] {
+    while (!quit.load()) std::this_thread::sleep_for(1ms);
+  });
+  EXPECT_THROW(run(o, [] { mvar<int>().take(); }), blocked_indefinitely);
+  quit = true;
+  outside.join();
+  o.deadlock_detection = options::deadlock::off;
+  run(o, [] {
+    mvar<int> m;
+    // Nothing could wake us but the sleeper: off means nobody checks, so
+    // this is just a wait.
+    fork_io([&] {
+      sleep_for(50ms);
+      m.put(1);
+    });
+    EXPECT_EQ(m.take(), 1);
+  });
+  EXPECT_EQ(statistics().deadlocks_detected, 0u);
+}
+
+TEST(DeadlockOptions, ParsesTheFlag) {
+  options o;
+  o.parse_flags("--deadlock-detection=force");
+  EXPECT_EQ(o.deadlock_detection, options::deadlock::force);
+  o.parse_flags("--deadlock-detection=off");
+  EXPECT_EQ(o.deadlock_detection, options::deadlock::off);
+  EXPECT_THROW(o.parse_flags("--deadlock-detection=maybe"), options_error);
+  EXPECT_THROW(o.parse_flags("--deadlock-detection"), options_error);
+}
+
+CAPSTAN_INSTANTIATE_CAPS(Deadlock);
+
+}  // namespace
