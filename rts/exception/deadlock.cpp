@@ -38,6 +38,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <thread>
 
 #include "capstan/errors.hpp"
 #include "io/io_manager.hpp"
@@ -73,7 +74,48 @@ bool quiet() {
   return true;
 }
 
+// Note [Sanitizer threads]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// ThreadSanitizer runs a background thread of its own, started by the
+// process's first pthread_create and unnamed (its comm is the program's).
+// It cannot wake a green thread, but counted as an outside thread it would
+// make the detector stand down for ever in every TSan build.  So a TSan
+// build forces that thread into being while the library loads (by creating
+// and joining a thread before main runs, when no user thread exists yet)
+// and records the threads that exist then as the sanitizer's own.  Other
+// builds have no such thread and record nothing.  (A TSan build dlopen()ed
+// after the program started threads would wrongly record those too; the
+// sanitizer builds here link the library normally.)
+#if defined(__SANITIZE_THREAD__)
+constexpr int kMaxSanitizerThreads = 4;
+long g_sanitizer_tids[kMaxSanitizerThreads] = {};
+
+__attribute__((constructor)) void note_sanitizer_threads() {
+  std::thread([] {}).join();
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return;
+  int n = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    long tid = std::strtol(e->d_name, nullptr, 10);
+    if (tid != getpid() && n < kMaxSanitizerThreads) g_sanitizer_tids[n++] = tid;
+  }
+  closedir(d);
+}
+#endif
+
+bool sanitizer_thread(long tid) {
+#if defined(__SANITIZE_THREAD__)
+  for (long s : g_sanitizer_tids)
+    if (s == tid) return true;
+#else
+  (void)tid;
+#endif
+  return false;
+}
+
 // outside_threads: OS threads of this process the runtime did not make.
+// See Note [Sanitizer threads].
 unsigned outside_threads() {
   DIR* d = opendir("/proc/self/task");
   if (!d) return 1;  // cannot tell: assume the worst
@@ -81,7 +123,7 @@ unsigned outside_threads() {
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
     long tid = std::strtol(e->d_name, nullptr, 10);
-    if (tid == rt.main_tid) continue;
+    if (tid == rt.main_tid || sanitizer_thread(tid)) continue;
     char path[64], comm[32] = {};
     std::snprintf(path, sizeof path, "/proc/self/task/%ld/comm", tid);
     if (FILE* f = std::fopen(path, "r")) {
