@@ -21,7 +21,9 @@ namespace capstan {
 template <class Rep, class Period, class F>
 auto timeout(std::chrono::duration<Rep, Period> d, F&& f) {
   using R = std::invoke_result_t<F&>;
-  using Out = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
+  // A function returning a reference yields a copy (std::optional holds no
+  // references).
+  using Out = std::conditional_t<std::is_void_v<R>, bool, std::optional<std::remove_cvref_t<R>>>;
   long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   if (ns <= 0) return Out{};
   detail::timeout_frame frame;

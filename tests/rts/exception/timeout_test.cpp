@@ -2,6 +2,7 @@
 // computing functions, nesting, and no late time-out (Note [Timeouts]).
 #include <atomic>
 #include <optional>
+#include <string>
 
 #include "capstan/capstan.hpp"
 #include "capstan_test.hpp"
@@ -21,6 +22,11 @@ TEST_P(Timeout, ResultWhenInTime) {
     EXPECT_TRUE(timeout(1s, [] {}));
     EXPECT_FALSE(timeout(0s, [] { return 1; }).has_value());
     EXPECT_THROW(timeout(1s, []() -> int { throw std::runtime_error("x"); }), std::runtime_error);
+    // A function returning a reference yields a copy of the referent.
+    std::string name = "capstan";
+    std::optional<std::string> copy = timeout(1s, [&]() -> const std::string& { return name; });
+    name = "changed";
+    EXPECT_EQ(copy, std::optional<std::string>("capstan"));
   });
 }
 
