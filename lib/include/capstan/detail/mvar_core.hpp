@@ -101,6 +101,12 @@ class mvar_core {
   // woken after unlock.  See Note [Waking after unlock].
   rts::Thread* serve(waiter& w) noexcept;
 
+  // blocking_point is the entry of a blocking call built on mvar_core (the
+  // sync primitives): a safe point, and a usage_error naming `what` unless
+  // the caller runs a green thread - checked whether or not the call would
+  // block, so misuse shows on the first call.
+  static void blocking_point(const char* what);
+
  private:
   void lock_slow() noexcept;
 
