@@ -25,8 +25,8 @@ class condition_variable;
 
 // mutex is std::mutex for green threads: lock parks the calling green
 // thread (never its OS thread) while another thread holds the mutex.
-// Waiters get the mutex in FIFO order, handed over directly by unlock
-// (See Note [Mutex hand-off]).  Any green thread may lock; unlock must be
+// Waiters get the mutex in FIFO order; a thread that re-locks in a loop
+// overtakes a waiter at most once (See Note [Mutex hand-off]).  Any green thread may lock; unlock must be
 // called by the holder (as std), which may have migrated since locking.
 class mutex {
  public:
@@ -47,12 +47,14 @@ class mutex {
     lock_slow(-1);
   }
 
-  // try_lock takes the mutex if it is free and nobody waits for it, and
-  // tells whether it did; never blocks; works from any thread.
+  // try_lock takes the mutex if it is free, and tells whether it did;
+  // never blocks; works from any thread.
   bool try_lock() noexcept {
     std::uint32_t s = kFree;
-    return state_.compare_exchange_strong(s, kHeld, std::memory_order_acquire,
-                                          std::memory_order_relaxed);
+    if (state_.compare_exchange_strong(s, kHeld, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) [[likely]]
+      return true;
+    return s == kWoken && try_lock_slow();
   }
 
   // unlock releases the mutex, handing it to the oldest waiter if any; the
@@ -73,66 +75,119 @@ class mutex {
 
   // Note [Mutex hand-off]
   // ~~~~~~~~~~~~~~~~~~~~~~
-  // state_ is kFree, kHeld (nobody waits) or kContended (held; waiters may
-  // be queued on core_).  Invariant, under core_'s lock: a non-empty queue
-  // implies kContended.  A locker that finds the mutex held takes core_'s
-  // lock, moves kHeld -> kContended (or takes the mutex, if it went kFree
-  // meanwhile), enqueues itself and parks; park releases core_'s lock only
-  // once the thread is off the CPU.  unlock's CAS kHeld -> kFree fails
-  // whenever a waiter may exist, sending it to unlock_slow, which takes
-  // core_'s lock - so it cannot run between a locker's kContended and its
-  // enqueue, and finds every waiter that set it.  unlock_slow hands the
-  // mutex to the oldest waiter without ever making it kFree (kContended
-  // stays, or kHeld if the queue is now empty): no fast-path locker can
-  // barge in while anyone waits, and a thread re-locking in a loop queues
-  // behind the waiters.  Barging happens only while nobody waits (the
-  // uncontended fast path).  A waiter ended otherwise (time-out, throw_to,
-  // shutdown) is taken off the queue by that party under core_'s lock
-  // (Note [Timed takes], Note [Raising asynchronously]); exactly one of it
-  // and unlock dequeues it, so either it owns the mutex and park returns
-  // normally, or it never did.  A kContended mutex with an empty queue
-  // (its waiters all left) is made kFree by its next unlock_slow.
-  static constexpr std::uint32_t kFree = 0, kHeld = 1, kContended = 2;
+  // state_ is kFree (nobody holds or waits), kHeld (held, nobody waits),
+  // kContended (held; waiters may be queued on core_), kWoken (free; a
+  // waiter woken to compete is on its way, others may be queued) or kOwed
+  // (free, but reserved for that woken waiter).  Invariant, under core_'s
+  // lock: a non-empty queue or a woken competitor implies kContended,
+  // kWoken or kOwed, so the fast paths (kFree -> kHeld, kHeld -> kFree)
+  // never run while anyone waits: an unlock then always reaches
+  // unlock_slow.  Only kFree/kHeld/kWoken change outside core_'s lock.
+  // A locker that finds the mutex held takes core_'s lock, moves it to
+  // kContended (or takes it, if it went free meanwhile), enqueues itself
+  // and parks; park releases core_'s lock only once the thread is off the
+  // CPU, and unlock_slow needs that lock, so it finds every waiter.
+  // unlock_slow, with waiters, does one of:
+  //  * the oldest waiter, woken for the first time, competes: the mutex
+  //    becomes kWoken (competitor_ set) and the waiter retries.  One thread
+  //    that locks meanwhile (lock or try_lock) may take it - a bounded
+  //    barge, which keeps std::lock over several mutexes live (its try_lock
+  //    must sometimes succeed while others queue: with pure hand-off the
+  //    queues never empty and scoped_lock(a, b) against scoped_lock(b, a)
+  //    livelocks).  That barger's unlock makes it kOwed: nobody but the
+  //    competitor can take it, so it barges at most once per wake-up.
+  //  * a waiter that already lost once (it re-queued at the *front*), and
+  //    every timed waiter, is handed the mutex: it never becomes free.
+  // So a thread re-locking in a loop overtakes a waiter at most once, and
+  // waiters are served in FIFO order.  A served waiter returns from park
+  // and retries with no safe point in between, so a competitor always comes
+  // back.  A waiter ended otherwise (time-out, throw_to, shutdown) is taken
+  // off the queue by that party under core_'s lock (Note [Timed takes],
+  // Note [Raising asynchronously]); exactly one of it and unlock dequeues
+  // it, so either it was served or it never was.  A kContended mutex with
+  // an empty queue is made kFree by its next unlock_slow.
+  static constexpr std::uint32_t kFree = 0, kHeld = 1, kContended = 2, kWoken = 3, kOwed = 4;
 
-  // lock_slow: lock, the mutex being held.  ns < 0: no time limit; else
-  // gives up after ns nanoseconds, returning false.
-  bool lock_slow(long long ns) {
-    core_.lock();
-    for (std::uint32_t s = state_.load(std::memory_order_relaxed);;) {
-      if (s == kFree) {
-        if (state_.compare_exchange_weak(s, kHeld, std::memory_order_acquire,
-                                         std::memory_order_relaxed)) {
-          core_.unlock();
+  // lock_wait: a locker's record, in its frame, reached from its waiter.
+  struct lock_wait {
+    bool lost = false;    // woken once to compete: hand it over next time
+    bool handed = false;  // [core_'s lock, then the wake] unlock made us owner
+  };
+
+  // acquire_locked (core_'s lock held) takes a free mutex, or marks a held
+  // one kContended; true if it took it.  `competitor`: the caller is the
+  // waiter woken to compete, back for the mutex.
+  bool acquire_locked(bool competitor) noexcept {
+    if (competitor) competitor_ = false;
+    for (std::uint32_t s = state_.load(std::memory_order_acquire);;) {
+      if (s == kOwed) {
+        if (!competitor) return false;
+        state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
+        return true;
+      }
+      if (s == kFree || s == kWoken) {
+        // From kWoken to kContended: others may still be queued.
+        if (state_.compare_exchange_weak(s, s == kFree ? kHeld : kContended,
+                                         std::memory_order_acquire, std::memory_order_acquire))
           return true;
-        }
       } else if (s == kHeld) {
         // Relaxed: core_'s lock orders this against unlock_slow.
         if (state_.compare_exchange_weak(s, kContended, std::memory_order_relaxed,
-                                         std::memory_order_relaxed))
-          break;
+                                         std::memory_order_acquire))
+          return false;
       } else {
-        break;
+        return false;
       }
     }
-    if (ns == 0) {
-      core_.unlock();  // (kContended with nobody queued: unlock_slow frees it)
-      return false;
+  }
+
+  // lock_slow: lock, the fast path having failed.  ns < 0: no time limit;
+  // else gives up after ns nanoseconds, returning false.
+  bool lock_slow(long long ns) {
+    lock_wait lw;
+    for (;;) {
+      core_.lock();
+      if (acquire_locked(lw.lost)) {
+        core_.unlock();
+        return true;
+      }
+      if (ns == 0) {
+        core_.unlock();  // (kContended with nobody queued: unlock_slow frees it)
+        return false;
+      }
+      detail::waiter w;
+      w.slot = &lw;
+      if (lw.lost) core_.enqueue_front(w); else core_.enqueue(w);
+      if (ns < 0) core_.park(w);
+      else if (!core_.park_timed(w, ns)) return false;  // (timed waiters are always handed)
+      if (lw.handed) return true;
+      lw.lost = true;  // woken to compete: retry, first in line
     }
-    detail::waiter w;
-    core_.enqueue(w);
-    if (ns < 0) {
-      core_.park(w);  // returns owning the mutex: unlock_slow handed it over
-      return true;
-    }
-    return core_.park_timed(w, ns);
+  }
+
+  // try_lock_slow: the mutex was kWoken - free, a woken waiter on its way.
+  bool try_lock_slow() noexcept {
+    std::uint32_t s = kWoken;
+    return state_.compare_exchange_strong(s, kContended, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
   }
 
   void unlock_slow() noexcept {
     core_.lock();
     rts::Thread* next = nullptr;
-    if (detail::waiter* w = core_.front()) {
-      next = core_.serve(*w);  // w owns the mutex now
-      if (!core_.has_waiters()) state_.store(kHeld, std::memory_order_relaxed);
+    if (competitor_) {
+      state_.store(kOwed, std::memory_order_release);  // a barger's unlock
+    } else if (detail::waiter* w = core_.front()) {
+      auto* lw = static_cast<lock_wait*>(w->slot);
+      if (lw->lost || w->timed) {
+        lw->handed = true;     // w owns the mutex now
+        next = core_.serve(*w);
+        if (!core_.has_waiters()) state_.store(kHeld, std::memory_order_relaxed);
+      } else {
+        next = core_.serve(*w);
+        competitor_ = true;
+        state_.store(kWoken, std::memory_order_release);
+      }
     } else {
       state_.store(kFree, std::memory_order_release);
     }
@@ -144,6 +199,7 @@ class mutex {
 
   std::atomic<std::uint32_t> state_{kFree};  // [atomic] Note [Mutex hand-off]
   detail::mvar_core core_;                   // the queue of lockers
+  bool competitor_ = false;  // guarded by core_'s lock: a woken waiter is on its way
 };
 
 // timed_mutex is mutex with time limits (std::timed_mutex).

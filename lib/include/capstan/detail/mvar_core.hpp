@@ -81,6 +81,15 @@ class mvar_core {
     tail_ = &w;
     ++n_waiters_;
   }
+  // enqueue_front queues w first (a waiter that lost a race it was woken
+  // for keeps its place: capstan::mutex).
+  void enqueue_front(waiter& w) noexcept {
+    w.prev = nullptr;
+    w.next = head_;
+    if (head_) head_->prev = &w; else tail_ = &w;
+    head_ = &w;
+    ++n_waiters_;
+  }
   void remove(waiter& w) noexcept {
     if (w.prev) w.prev->next = w.next; else head_ = w.next;
     if (w.next) w.next->prev = w.prev; else tail_ = w.prev;
