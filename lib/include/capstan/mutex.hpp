@@ -119,7 +119,9 @@ class mutex {
   // waiter woken to compete, back for the mutex.
   bool acquire_locked(bool competitor) noexcept {
     if (competitor) competitor_ = false;
-    for (std::uint32_t s = state_.load(std::memory_order_acquire);;) {
+    // Relaxed loads: kOwed is written under core_'s lock, which we hold;
+    // the other states are taken by the acquire CAS below.
+    for (std::uint32_t s = state_.load(std::memory_order_relaxed);;) {
       if (s == kOwed) {
         if (!competitor) return false;
         state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
@@ -128,12 +130,12 @@ class mutex {
       if (s == kFree || s == kWoken) {
         // From kWoken to kContended: others may still be queued.
         if (state_.compare_exchange_weak(s, s == kFree ? kHeld : kContended,
-                                         std::memory_order_acquire, std::memory_order_acquire))
+                                         std::memory_order_acquire, std::memory_order_relaxed))
           return true;
       } else if (s == kHeld) {
         // Relaxed: core_'s lock orders this against unlock_slow.
         if (state_.compare_exchange_weak(s, kContended, std::memory_order_relaxed,
-                                         std::memory_order_acquire))
+                                         std::memory_order_relaxed))
           return false;
       } else {
         return false;
