@@ -183,6 +183,56 @@ TEST_P(Mutex, KillingTheOnlyWaiterLeavesTheMutexUsable) {
   });
 }
 
+struct boom {
+  int v;
+};
+
+// Blocking in lock() stays interruptible under mask (throw_to ends the
+// wait, the mutex is not taken), but not under uninterruptible_mask: there
+// the thread gets the mutex first and meets the exception when the mask
+// ends.
+TEST_P(Mutex, MaskedLockIsInterruptibleUninterruptibleIsNot) {
+  run([&] {
+    capstan::mutex m;
+    for (bool uninterruptible : {false, true}) {
+      std::atomic<bool> got{false}, caught{false};
+      m.lock();
+      capstan::thread_id t = capstan::fork_io([&, uninterruptible] {
+        try {
+          auto body = [&] {
+            std::lock_guard<capstan::mutex> g(m);
+            got = true;
+          };
+          if (uninterruptible) capstan::uninterruptible_mask(body); else capstan::mask(body);
+        } catch (const boom&) {
+          caught = true;
+        }
+      });
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(t) == capstan::thread_state::blocked; }));
+      std::atomic<bool> thrown{false};
+      capstan::fork_io([&, t] {
+        capstan::throw_to(t, boom{1});  // returns once raised
+        thrown = true;
+      });
+      for (int k = 0; k < 50; ++k) capstan::yield();
+      if (!uninterruptible) {
+        ASSERT_TRUE(green_wait_until([&] { return caught.load(); }));
+        EXPECT_FALSE(got.load());
+        m.unlock();
+      } else {
+        EXPECT_EQ(capstan::state_of(t), capstan::thread_state::blocked) << "interrupted under uninterruptible_mask";
+        EXPECT_FALSE(thrown.load());
+        m.unlock();
+        ASSERT_TRUE(green_wait_until([&] { return caught.load(); }));
+        EXPECT_TRUE(got.load());
+      }
+      ASSERT_TRUE(green_wait_until([&] { return thrown.load(); }));
+      EXPECT_TRUE(m.try_lock()) << "the mutex was lost";
+      m.unlock();
+    }
+  });
+}
+
 // std::scoped_lock over two capstan mutexes (std::lock's try_lock dance),
 // std::unique_lock with try_to_lock.
 TEST_P(Mutex, StdLockWrappersWork) {
