@@ -91,6 +91,7 @@ TEST_P(SyncStress, BoundedQueueWithTimedWaitsAndKills) {
     // Bystanders: block on m or on a condition variable, get killed.
     std::mt19937_64 rng(stress::seed() + 999);
     std::atomic<bool> stop{false};
+    capstan::wait_group killer_done(1);
     capstan::fork_io([&] {
       while (!stop.load()) {
         bool locker = rng() % 2;
@@ -109,10 +110,17 @@ TEST_P(SyncStress, BoundedQueueWithTimedWaitsAndKills) {
         if (rng() % 2) idle.notify_one();
         capstan::kill_thread(t);
         ++kills;
+        // It unwinds, re-taking m on its way out of a wait: let it finish
+        // before the primitives it uses can go out of scope.
+        while (capstan::state_of(t) == capstan::thread_state::running ||
+               capstan::state_of(t) == capstan::thread_state::blocked)
+          capstan::yield();
       }
+      killer_done.done();
     });
     wg.wait();
     stop = true;
+    killer_done.wait();
   });
   EXPECT_EQ(consumed.load(), produced.load());
   EXPECT_EQ(produced.load(), kProducers * kItems * (kItems + 1) / 2);
