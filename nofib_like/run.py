@@ -97,7 +97,8 @@ BENCHMARKS = [
     Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread"),
     Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop"),
     # The sync primitives, each with its baselines in the same line.
-    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7),
+    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7,
+              binary="nofib_like/mutex_bench"),
     Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", min_reps=7),
     Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread"),
     Benchmark("parked", (1_000_000,), (100_000,), "bytes_per_thread"),
