@@ -96,6 +96,11 @@ BENCHMARKS = [
     Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", min_reps=7),
     Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread"),
     Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop"),
+    # The sync primitives, each with its baselines in the same line.
+    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7,
+              binary="nofib_like/mutex_bench"),
+    Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", min_reps=7),
+    Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread"),
     Benchmark("parked", (1_000_000,), (100_000,), "bytes_per_thread"),
     Benchmark("idle", (5,), (1,), "cpu_percent"),
     # n, threshold

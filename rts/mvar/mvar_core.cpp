@@ -196,6 +196,16 @@ Thread* mvar_core::serve(waiter& w) noexcept {
   return t;
 }
 
+void mvar_core::blocking_point(const char* what) {
+  rts::Task* task = rts::green_task_before_switch();  // no switch before its last use
+  if (!task) [[unlikely]] {
+    rts::require_green_thread(what);  // throws: inside safe_call, or a plain OS thread
+    rts::throw_not_green(what);       // (not reached)
+  }
+  if (task->cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    rts::yield_point_slow();
+}
+
 void wake_list::more(Thread* t) noexcept {
   t->link = nullptr;  // t is dequeued and not yet runnable: link is free
   if (chain_tail_) chain_tail_->link = t; else chain_ = t;

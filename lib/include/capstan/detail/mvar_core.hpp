@@ -81,6 +81,15 @@ class mvar_core {
     tail_ = &w;
     ++n_waiters_;
   }
+  // enqueue_front queues w first (a waiter that lost a race it was woken
+  // for keeps its place: capstan::mutex).
+  void enqueue_front(waiter& w) noexcept {
+    w.prev = nullptr;
+    w.next = head_;
+    if (head_) head_->prev = &w; else tail_ = &w;
+    head_ = &w;
+    ++n_waiters_;
+  }
   void remove(waiter& w) noexcept {
     if (w.prev) w.prev->next = w.next; else head_ = w.next;
     if (w.next) w.next->prev = w.prev; else tail_ = w.prev;
@@ -100,6 +109,12 @@ class mvar_core {
   // already hold the value (or have been read).  Returns its thread, to be
   // woken after unlock.  See Note [Waking after unlock].
   rts::Thread* serve(waiter& w) noexcept;
+
+  // blocking_point is the entry of a blocking call built on mvar_core (the
+  // sync primitives): a safe point, and a usage_error naming `what` unless
+  // the caller runs a green thread - checked whether or not the call would
+  // block, so misuse shows on the first call.
+  static void blocking_point(const char* what);
 
  private:
   void lock_slow() noexcept;

@@ -1,0 +1,268 @@
+// condition_variable_test.cpp - capstan::condition_variable: no lost
+// notify, no spurious wake-ups, FIFO single wake-ups, timed waits and a
+// notify racing a time-out, waits ended by kill_thread, OS-thread callers.
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "capstan_test.hpp"
+
+namespace {
+
+using capstan_test::green_wait_until;
+using capstan_test::kScale;
+using capstan_test::WithCaps;
+
+class CondVar : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(CondVar);
+
+// Ping-pong through a flag: each side sets it under the mutex and notifies
+// *after* unlocking, sometimes yielding first, so notifies land at every
+// point of the other side's predicate-check/park window.  A lost notify
+// leaves both sides waiting: deadlock detection would end the run with
+// blocked_indefinitely.
+TEST_P(CondVar, NoNotifyIsLostBetweenThePredicateCheckAndThePark) {
+  const int kRounds = 20000 / kScale;
+  int turn_count = 0;
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    int turn = 0;
+    capstan::wait_group wg(2);
+    for (int me = 0; me < 2; ++me) {
+      capstan::fork_io([&, me] {
+        std::minstd_rand rng(static_cast<unsigned>(me + 1));
+        for (int r = 0; r < kRounds; ++r) {
+          {
+            std::unique_lock<capstan::mutex> lk(m);
+            cv.wait(lk, [&] { return turn == me; });
+            turn = 1 - me;
+            ++turn_count;
+          }
+          if (rng() % 3 == 0) capstan::yield();
+          cv.notify_one();
+        }
+        wg.done();
+      });
+    }
+    wg.wait();
+  });
+  EXPECT_EQ(turn_count, 2 * kRounds);
+}
+
+// No spurious wake-ups: a waiter counted in `waiting` (under the mutex) is
+// queued on the condition variable; the notifier hands out one ticket per
+// notify_one it sends to a counted waiter, and every wake-up of a plain
+// wait() (no predicate) must consume a ticket.
+TEST_P(CondVar, EveryWakeUpIsANotify) {
+  constexpr int kWaiters = 6;
+  const int kNotifies = 6000 / kScale;
+  int spurious = 0;
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    int waiting = 0, tickets = 0, woken = 0, last_waiting = 0;
+    bool stop = false;
+    capstan::wait_group wg(kWaiters);
+    for (int i = 0; i < kWaiters; ++i) {
+      capstan::fork_io([&] {
+        std::unique_lock<capstan::mutex> lk(m);
+        while (!stop) {
+          ++waiting;
+          cv.wait(lk);
+          if (tickets == 0) ++spurious; else --tickets;
+          ++woken;
+        }
+        wg.done();
+      });
+    }
+    for (int sent = 0; sent < kNotifies;) {
+      {
+        std::lock_guard<capstan::mutex> g(m);
+        if (waiting == 0) goto next;
+        --waiting;
+        ++tickets;
+        ++sent;
+      }
+      cv.notify_one();
+    next:
+      capstan::yield();
+    }
+    {
+      std::unique_lock<capstan::mutex> lk(m);
+      stop = true;
+      tickets += waiting;
+      last_waiting = waiting;
+      waiting = 0;
+    }
+    cv.notify_all();
+    wg.wait();
+    EXPECT_EQ(tickets, 0);
+    EXPECT_EQ(woken, kNotifies + last_waiting);
+  });
+  EXPECT_EQ(spurious, 0);
+}
+
+// notify_one wakes exactly the oldest waiter.
+TEST_P(CondVar, NotifyOneWakesTheOldestWaiterOnly) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    std::atomic<int> woke{-1};
+    capstan::thread_id t[3];
+    for (int i = 0; i < 3; ++i) {
+      t[i] = capstan::fork_io([&, i] {
+        std::unique_lock<capstan::mutex> lk(m);
+        cv.wait(lk);
+        woke = i;
+      });
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(t[i]) == capstan::thread_state::blocked; }));
+    }
+    for (int i = 0; i < 3; ++i) {
+      cv.notify_one();
+      ASSERT_TRUE(green_wait_until([&] { return woke.load() == i; }));
+      for (int j = i + 1; j < 3; ++j) EXPECT_EQ(capstan::state_of(t[j]), capstan::thread_state::blocked);
+    }
+  });
+}
+
+TEST_P(CondVar, TimedWaitsTimeOutHoldingTheMutex) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    std::unique_lock<capstan::mutex> lk(m);
+    EXPECT_EQ(cv.wait_for(lk, std::chrono::milliseconds(2)), std::cv_status::timeout);
+    EXPECT_TRUE(lk.owns_lock());
+    EXPECT_FALSE(m.try_lock());
+    EXPECT_EQ(cv.wait_until(lk, std::chrono::steady_clock::now() - std::chrono::seconds(1)),
+              std::cv_status::timeout);
+    EXPECT_FALSE(cv.wait_for(lk, std::chrono::milliseconds(1), [] { return false; }));
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::hours(1), [] { return true; }));
+  });
+}
+
+// A notify_one racing with W's time-out wakes exactly one thread: W (which
+// returns no_timeout) or, if the timer took W off the queue first, the
+// waiter V queued behind it - never both, never neither.
+TEST_P(CondVar, ANotifyRacingATimeOutWakesExactlyOnce) {
+  const int kRounds = 300 / kScale;
+  int w_notified = 0, v_notified = 0;
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    std::minstd_rand rng(7);
+    for (int round = 0; round < kRounds; ++round) {
+      std::atomic<bool> v_woke{false};
+      capstan::mvar<std::cv_status> w_result;
+      capstan::thread_id w = capstan::fork_io([&] {
+        std::unique_lock<capstan::mutex> lk(m);
+        w_result.put(cv.wait_for(lk, std::chrono::microseconds(200)));
+      });
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(w) != capstan::thread_state::running; }));
+      capstan::thread_id v = capstan::fork_io([&] {
+        std::unique_lock<capstan::mutex> lk(m);
+        cv.wait(lk);
+        v_woke = true;
+      });
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(v) == capstan::thread_state::blocked; }));
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 400);
+      while (std::chrono::steady_clock::now() < until) capstan::yield();
+      cv.notify_one();
+      std::cv_status s = w_result.take();
+      if (s == std::cv_status::no_timeout) {
+        ++w_notified;
+        EXPECT_EQ(capstan::state_of(v), capstan::thread_state::blocked) << "one notify woke two";
+        cv.notify_one();
+      } else {
+        ++v_notified;
+      }
+      ASSERT_TRUE(green_wait_until([&] { return v_woke.load(); })) << "the notify woke nobody";
+    }
+  });
+  EXPECT_EQ(w_notified + v_notified, kRounds);
+}
+
+// kill_thread ends a wait; the waiter holds the mutex again while the
+// exception unwinds (its unique_lock owns it), and the next notify goes to
+// the next waiter.
+TEST_P(CondVar, AKilledWaiterUnwindsHoldingTheMutex) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    std::atomic<bool> owned_in_catch{false}, other_woke{false};
+    capstan::thread_id a = capstan::fork_io([&] {
+      std::unique_lock<capstan::mutex> lk(m);
+      try {
+        cv.wait(lk);
+      } catch (const capstan::thread_killed&) {
+        owned_in_catch = lk.owns_lock();
+        throw;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(a) == capstan::thread_state::blocked; }));
+    capstan::thread_id b = capstan::fork_io([&] {
+      std::unique_lock<capstan::mutex> lk(m);
+      cv.wait(lk);
+      other_woke = true;
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(b) == capstan::thread_state::blocked; }));
+    {
+      std::lock_guard<capstan::mutex> g(m);  // a's re-lock must wait for us
+      capstan::kill_thread(a);
+    }
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(a) != capstan::thread_state::blocked &&
+                                              capstan::state_of(a) != capstan::thread_state::running; }));
+    EXPECT_TRUE(owned_in_catch.load());
+    cv.notify_one();
+    ASSERT_TRUE(green_wait_until([&] { return other_woke.load(); }));
+    EXPECT_TRUE(m.try_lock());
+    m.unlock();
+  });
+}
+
+// notify from a plain OS thread wakes a green waiter.
+TEST_P(CondVar, AnOsThreadMayNotify) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    bool ready = false;
+    std::thread os([&] {
+      while (!m.try_lock()) std::this_thread::yield();
+      ready = true;
+      m.unlock();
+      cv.notify_all();
+    });
+    std::unique_lock<capstan::mutex> lk(m);
+    cv.wait(lk, [&] { return ready; });
+    lk.unlock();
+    os.join();
+  });
+}
+
+TEST_P(CondVar, WaitWithoutTheLockIsAClearError) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    std::unique_lock<capstan::mutex> lk(m, std::defer_lock);
+    EXPECT_THROW(cv.wait(lk), capstan::usage_error);
+  });
+}
+
+TEST(CondVarOutsideRun, WaitFromAPlainOsThreadIsAClearError) {
+  capstan::mutex m;
+  capstan::condition_variable cv;
+  std::unique_lock<capstan::mutex> lk(m, std::defer_lock);
+  try {
+    cv.wait(lk);
+    FAIL() << "wait outside run returned";
+  } catch (const capstan::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capstan::condition_variable::wait"), std::string::npos) << e.what();
+  }
+  cv.notify_one();  // works anywhere
+  cv.notify_all();
+}
+
+}  // namespace

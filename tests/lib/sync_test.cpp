@@ -1,0 +1,388 @@
+// sync_test.cpp - the counting primitives and futures: counting_semaphore,
+// latch, barrier, wait_group, promise/future, shared_mutex.  (mutex and
+// condition_variable have their own files.)
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capstan_test.hpp"
+
+namespace {
+
+using capstan_test::green_wait_until;
+using capstan_test::kScale;
+using capstan_test::WithCaps;
+
+class Sync : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(Sync);
+
+bool blocked(capstan::thread_id t) { return capstan::state_of(t) == capstan::thread_state::blocked; }
+
+// ---- counting_semaphore ----
+
+// At most `kUnits` threads are ever inside; every acquire is matched.
+TEST_P(Sync, SemaphoreBoundsConcurrency) {
+  constexpr int kUnits = 3, kThreads = 12;
+  std::atomic<int> inside{0}, peak{0};
+  run([&] {
+    capstan::counting_semaphore<kUnits> sem(kUnits);
+    capstan::wait_group wg(kThreads);
+    for (int i = 0; i < kThreads; ++i) {
+      capstan::fork_io([&] {
+        for (int k = 0; k < 300 / kScale; ++k) {
+          sem.acquire();
+          int now = inside.fetch_add(1) + 1;
+          for (int p = peak.load(); now > p && !peak.compare_exchange_weak(p, now);) {
+          }
+          capstan::yield();
+          inside.fetch_sub(1);
+          sem.release();
+        }
+        wg.done();
+      });
+    }
+    wg.wait();
+    EXPECT_TRUE(sem.try_acquire());
+    EXPECT_TRUE(sem.try_acquire());
+    EXPECT_TRUE(sem.try_acquire());
+    EXPECT_FALSE(sem.try_acquire());
+  });
+  EXPECT_LE(peak.load(), kUnits);
+  EXPECT_GE(peak.load(), 1);
+}
+
+// release(n) hands units to the oldest waiters first, and a try_acquire
+// cannot take a unit that a queued waiter is owed.
+TEST_P(Sync, SemaphoreServesWaitersFifoAndTryAcquireCannotOvertake) {
+  run([&] {
+    capstan::binary_semaphore sem(0);
+    std::vector<int> order;
+    capstan::mutex om;
+    capstan::thread_id t[3];
+    for (int i = 0; i < 3; ++i) {
+      t[i] = capstan::fork_io([&, i] {
+        sem.acquire();
+        std::lock_guard<capstan::mutex> g(om);
+        order.push_back(i);
+      });
+      ASSERT_TRUE(green_wait_until([&] { return blocked(t[i]); }));
+    }
+    for (int i = 0; i < 3; ++i) {
+      sem.release();
+      EXPECT_FALSE(sem.try_acquire()) << "try_acquire took a unit owed to a waiter";
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(t[i]) == capstan::thread_state::finished; }));
+    }
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+    EXPECT_THROW(sem.release(2), capstan::usage_error);  // would pass max() == 1
+    EXPECT_THROW(sem.release(-1), capstan::usage_error);
+  });
+}
+
+// A release racing a time-out: the unit goes to the waiter (true) or stays
+// in the semaphore (false), never both or neither.
+TEST_P(Sync, SemaphoreTimedAcquireRacingAReleaseCountsOnce) {
+  run([&] {
+    capstan::counting_semaphore<> sem(0);
+    for (int round = 0; round < 200 / kScale; ++round) {
+      capstan::mvar<bool> got;
+      capstan::fork_io([&] { got.put(sem.try_acquire_for(std::chrono::microseconds(200))); });
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(round % 400);
+      while (std::chrono::steady_clock::now() < until) capstan::yield();
+      sem.release();
+      bool g = got.take();
+      EXPECT_EQ(sem.try_acquire(), !g) << "round " << round;
+      EXPECT_FALSE(sem.try_acquire());
+    }
+    EXPECT_FALSE(sem.try_acquire_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
+  });
+}
+
+// A killed acquirer leaves the queue: the unit goes to the next one.
+TEST_P(Sync, SemaphoreKilledWaiterDoesNotTakeAUnit) {
+  run([&] {
+    capstan::counting_semaphore<> sem(0);
+    std::atomic<bool> b_got{false};
+    capstan::thread_id a = capstan::fork_io([&] { sem.acquire(); ADD_FAILURE() << "killed waiter got a unit"; });
+    ASSERT_TRUE(green_wait_until([&] { return blocked(a); }));
+    capstan::thread_id b = capstan::fork_io([&] { sem.acquire(); b_got = true; });
+    ASSERT_TRUE(green_wait_until([&] { return blocked(b); }));
+    capstan::kill_thread(a);
+    sem.release();
+    ASSERT_TRUE(green_wait_until([&] { return b_got.load(); }));
+    EXPECT_FALSE(sem.try_acquire());
+  });
+}
+
+// ---- latch ----
+
+TEST_P(Sync, LatchReleasesEveryWaiterAtZero) {
+  constexpr int kWaiters = 8;
+  std::atomic<int> passed{0};
+  run([&] {
+    capstan::latch l(3);
+    capstan::wait_group wg(kWaiters);
+    for (int i = 0; i < kWaiters; ++i)
+      capstan::fork_io([&] {
+        l.wait();
+        passed.fetch_add(1);
+        wg.done();
+      });
+    l.count_down();
+    l.count_down();
+    for (int k = 0; k < 20; ++k) capstan::yield();
+    EXPECT_EQ(passed.load(), 0) << "a waiter passed before zero";
+    EXPECT_FALSE(l.try_wait());
+    std::thread os([&] { l.count_down(); });  // any thread may count down
+    os.join();
+    wg.wait();
+    EXPECT_TRUE(l.try_wait());
+    EXPECT_THROW(l.count_down(), capstan::usage_error);
+  });
+  EXPECT_EQ(passed.load(), kWaiters);
+}
+
+TEST_P(Sync, LatchArriveAndWaitMeetsEveryone) {
+  constexpr int kThreads = 10;
+  std::atomic<int> before{0};
+  std::atomic<bool> early{false};
+  run([&] {
+    capstan::latch l(kThreads);
+    capstan::wait_group wg(kThreads);
+    for (int i = 0; i < kThreads; ++i)
+      capstan::fork_io([&] {
+        before.fetch_add(1);
+        l.arrive_and_wait();
+        if (before.load() != kThreads) early = true;
+        wg.done();
+      });
+    wg.wait();
+  });
+  EXPECT_FALSE(early.load());
+}
+
+// ---- barrier ----
+
+// Phases: nobody leaves phase p before everyone arrived in it, and the
+// completion runs exactly once per phase, before anyone is released.
+TEST_P(Sync, BarrierPhasesAndCompletion) {
+  constexpr int kThreads = 6, kPhases = 50;
+  std::atomic<int> completions{0};
+  std::atomic<int> arrived[kPhases] = {};
+  std::atomic<bool> bad{false};
+  run([&] {
+    auto on_done = [&]() noexcept { completions.fetch_add(1); };
+    capstan::barrier<decltype(on_done)> b(kThreads, on_done);
+    capstan::wait_group wg(kThreads);
+    for (int i = 0; i < kThreads; ++i)
+      capstan::fork_io([&, i] {
+        for (int p = 0; p < kPhases; ++p) {
+          arrived[p].fetch_add(1);
+          if ((i + p) % 2) {
+            b.arrive_and_wait();
+          } else {
+            auto tok = b.arrive();
+            capstan::yield();
+            b.wait(std::move(tok));
+          }
+          if (arrived[p].load() != kThreads || completions.load() < p + 1) bad = true;
+        }
+        wg.done();
+      });
+    wg.wait();
+  });
+  EXPECT_FALSE(bad.load());
+  EXPECT_EQ(completions.load(), kPhases);
+}
+
+TEST_P(Sync, BarrierArriveAndDropShrinksLaterPhases) {
+  run([&] {
+    capstan::barrier<> b(3);
+    capstan::mvar<int> done;
+    capstan::fork_io([&] { b.arrive_and_drop(); done.put(1); });
+    capstan::fork_io([&] { b.arrive_and_wait(); b.arrive_and_wait(); done.put(2); });
+    b.arrive_and_wait();  // phase 0: three
+    b.arrive_and_wait();  // phase 1: two
+    done.take();
+    done.take();
+    (void)b.arrive();
+    EXPECT_THROW((void)b.arrive(2), capstan::usage_error);  // one left in this phase
+  });
+}
+
+// ---- wait_group ----
+
+TEST_P(Sync, WaitGroupWaitsForEveryDone) {
+  const int kThreads = 2000 / kScale;
+  std::atomic<int> finished{0};
+  run([&] {
+    capstan::wait_group wg;
+    wg.add(kThreads);
+    for (int i = 0; i < kThreads; ++i)
+      capstan::fork_io([&] {
+        finished.fetch_add(1);
+        wg.done();
+      });
+    wg.wait();
+    EXPECT_EQ(finished.load(), kThreads);
+    wg.wait();  // zero: returns at once
+    EXPECT_THROW(wg.done(), capstan::usage_error);
+    wg.add(1);
+    std::thread os([&] { wg.done(); });  // any thread may call done
+    wg.wait();
+    os.join();
+  });
+}
+
+// Several waiters, the last done() races their queueing (Note [Waiting for
+// a group]); a lost wake-up would hang (deadlock detection then fails it).
+TEST_P(Sync, WaitGroupLastDoneRacingWaitersWakesAll) {
+  run([&] {
+    for (int round = 0; round < 300 / kScale; ++round) {
+      capstan::wait_group wg(3), all(4);
+      for (int i = 0; i < 3; ++i) capstan::fork_io([&] { capstan::yield(); wg.done(); });
+      for (int i = 0; i < 4; ++i) capstan::fork_io([&] { wg.wait(); all.done(); });
+      all.wait();
+    }
+  });
+}
+
+// ---- promise / future ----
+
+TEST_P(Sync, FutureGetParksUntilTheValueIsSet) {
+  run([&] {
+    capstan::promise<std::string> p;
+    capstan::future<std::string> f = p.get_future();
+    EXPECT_TRUE(f.valid());
+    EXPECT_EQ(f.wait_for(std::chrono::milliseconds(1)), std::future_status::timeout);
+    capstan::fork_io([&] { p.set_value("hello"); });
+    EXPECT_EQ(f.get(), "hello");
+    EXPECT_FALSE(f.valid());
+    EXPECT_THROW(f.get(), std::future_error);
+    EXPECT_THROW(p.set_value("again"), std::future_error);
+    EXPECT_THROW(p.get_future(), std::future_error);
+  });
+}
+
+TEST_P(Sync, FutureCarriesExceptionsAndVoidAndBrokenPromises) {
+  run([&] {
+    capstan::promise<void> pv;
+    auto fv = pv.get_future();
+    std::thread os([&] { pv.set_value(); });  // any thread may set it
+    fv.get();
+    os.join();
+
+    capstan::promise<int> pe;
+    auto fe = pe.get_future();
+    capstan::fork_io([&] { pe.set_exception(std::make_exception_ptr(std::runtime_error("bad"))); });
+    EXPECT_THROW(fe.get(), std::runtime_error);
+
+    capstan::future<int> fb;
+    {
+      capstan::promise<int> dies;
+      fb = dies.get_future();
+    }
+    try {
+      fb.get();
+      FAIL() << "no broken_promise";
+    } catch (const std::future_error& e) {
+      EXPECT_EQ(e.code(), std::future_errc::broken_promise);
+    }
+  });
+}
+
+TEST_P(Sync, ManyWaitersOnOneFutureAreAllWoken) {
+  run([&] {
+    capstan::promise<int> p;
+    auto f = p.get_future();
+    std::atomic<int> sum{0};
+    capstan::wait_group wg(8);
+    for (int i = 0; i < 8; ++i) capstan::fork_io([&] { f.wait(); sum.fetch_add(1); wg.done(); });
+    capstan::yield();
+    p.set_value(5);
+    wg.wait();
+    EXPECT_EQ(sum.load(), 8);
+    EXPECT_EQ(f.get(), 5);
+  });
+}
+
+// ---- shared_mutex ----
+
+// Readers share, a writer excludes everyone; a queued writer is not
+// starved by a stream of new readers.
+TEST_P(Sync, SharedMutexExcludesWritersAndDoesNotStarveThem) {
+  std::atomic<int> readers{0}, writers{0};
+  std::atomic<bool> bad{false};
+  long value = 0;
+  run([&] {
+    capstan::shared_mutex sm;
+    capstan::wait_group wg(8);
+    for (int i = 0; i < 8; ++i)
+      capstan::fork_io([&, i] {
+        for (int k = 0; k < 300 / kScale; ++k) {
+          if ((i + k) % 4 == 0) {
+            std::unique_lock<capstan::shared_mutex> g(sm);
+            if (writers.fetch_add(1) != 0 || readers.load() != 0) bad = true;
+            ++value;
+            capstan::yield();
+            writers.fetch_sub(1);
+          } else {
+            std::shared_lock<capstan::shared_mutex> g(sm);
+            readers.fetch_add(1);
+            if (writers.load() != 0) bad = true;
+            capstan::yield();
+            readers.fetch_sub(1);
+          }
+        }
+        wg.done();
+      });
+    wg.wait();
+
+    // A writer queued behind a reader gets in before a later reader.
+    sm.lock_shared();
+    std::atomic<bool> wrote{false};
+    capstan::thread_id w = capstan::fork_io([&] { std::lock_guard<capstan::shared_mutex> g(sm); wrote = true; });
+    ASSERT_TRUE(green_wait_until([&] { return blocked(w); }));
+    EXPECT_FALSE(sm.try_lock_shared()) << "a new reader overtook a queued writer";
+    sm.unlock_shared();
+    ASSERT_TRUE(green_wait_until([&] { return wrote.load(); }));
+    EXPECT_TRUE(sm.try_lock());
+    sm.unlock();
+  });
+  EXPECT_FALSE(bad.load());
+  EXPECT_EQ(value, 8 * (300 / kScale) / 4);
+}
+
+TEST(SyncOutsideRun, BlockingCallsFromAPlainOsThreadAreClearErrors) {
+  capstan::counting_semaphore<> sem(1);
+  EXPECT_THROW(sem.acquire(), capstan::usage_error);  // even when it would not block
+  EXPECT_TRUE(sem.try_acquire());
+  sem.release();
+  capstan::latch l(0);
+  EXPECT_THROW(l.wait(), capstan::usage_error);
+  EXPECT_TRUE(l.try_wait());
+  capstan::wait_group wg;
+  try {
+    wg.wait();
+    FAIL();
+  } catch (const capstan::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capstan::wait_group::wait"), std::string::npos);
+  }
+  capstan::barrier<> b(1);
+  EXPECT_THROW(b.arrive_and_wait(), capstan::usage_error);
+  capstan::promise<int> p;
+  auto f = p.get_future();
+  p.set_value(1);
+  EXPECT_THROW(f.get(), capstan::usage_error);
+  capstan::shared_mutex sm;
+  EXPECT_THROW(sm.lock_shared(), capstan::usage_error);
+  EXPECT_TRUE(sm.try_lock_shared());
+  sm.unlock_shared();
+}
+
+}  // namespace
