@@ -11,6 +11,8 @@
 //  1. shutting_down = true, and every capability is interrupted, so a
 //     running thread throws thread_killed from its next runtime call or
 //     safe point, and a thread that has not started never runs its body.
+//     Stacks of finishing threads stay resident from here on (Note
+//     [Keeping stacks at shutdown] in storage/stack.cpp).
 //  2. Every blocked thread is woken with thread_killed
 //     (Note [Killing a blocked thread]); its stack unwinds and its
 //     destructors run - nothing a thread owns is leaked.
@@ -161,6 +163,7 @@ void shutdown_protocol() {
   rt.shutting_down.store(true, std::memory_order_seq_cst);
   enable_wait_locks();  // Note [Wait locks] in schedule/raise.cpp
   sample_peaks();
+  rt.arena.keep_memory();  // Note [Keeping stacks at shutdown] in storage/stack.cpp
   for (Capability* c : rt.caps) {
     interrupt_capability(c);
     notify_capability(c);
