@@ -65,7 +65,8 @@ namespace capstan::rts {
 // order, so it only tries, and on failure backs off and is retried on the
 // next sweep).  While the killer holds wait_lock with blocked_on == m, m
 // cannot finish being destroyed, so m is valid.  A waiter that blocked while
-// unwinding (in a destructor) is not killed: throwing there would terminate().
+// unwinding (in a destructor) is not killed: see Note [Blocked while
+// unwinding].
 //
 // wait_lock is skipped by blockers and wakers until someone needs it: the
 // killer turns it on first (Note [Wait locks] in schedule/raise.cpp).
@@ -95,6 +96,22 @@ bool request_kill(Thread* t) noexcept {
   if (killable) wake(t);
   return true;
 }
+
+// Note [Blocked while unwinding]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread that blocks in a destructor while it unwinds (from
+// thread_killed or any other exception) cannot be interrupted: raising
+// there would throw out of a destructor during unwinding, which C++ turns
+// into terminate() - GHC, whose handlers run masked but interruptible,
+// has no such limit.  So request_kill and post_throw leave it on its
+// mvar's queue, where it stays an ordinary waiter: a put (from a thread
+// unwinding in the same shutdown, say) wakes it, and it finishes its
+// unwinding.  If nothing does, shutdown keeps sweeping until
+// kShutdownGrace has passed, then abandons it like a thread that swallows
+// thread_killed (the rest of its stack is freed without unwinding; it is
+// reported on stderr and counted in threads_abandoned).  Shutdown cannot
+// abandon it earlier: a plain OS thread may still try_put into its mvar,
+// which the runtime cannot see.  Tested in tests/rts/shutdown/shutdown_test.cpp.
 
 namespace {
 
