@@ -109,7 +109,8 @@ bool request_kill(Thread* t) noexcept {
 // unwinding.  If nothing does, shutdown keeps sweeping until
 // kShutdownGrace has passed, then abandons it like a thread that swallows
 // thread_killed (the rest of its stack is freed without unwinding; it is
-// reported on stderr and counted in threads_abandoned).  Shutdown cannot
+// reported on stderr and counted in threads_abandoned; the exception it
+// was unwinding from is never freed).  Shutdown cannot
 // abandon it earlier: a plain OS thread may still try_put into its mvar,
 // which the runtime cannot see.  Tested in tests/rts/shutdown/shutdown_test.cpp.
 
