@@ -20,12 +20,29 @@ namespace bench {
 struct args {
   capstan::options opts;
   long long n;
+  int argc = 0;           // what is left once +RTS ... -RTS is removed
+  char** argv = nullptr;  // null-terminated, as main's
+
+  // positive returns argument i (1 is the size) or `def` when it is absent,
+  // exiting with status 2 unless it is a positive integer.  Reads the
+  // arguments left after the RTS flags: main's argc still counts them.
+  long long positive(int i, long long def, const char* what) const {
+    if (i >= argc) return def;
+    long long v = std::atoll(argv[i]);
+    if (v <= 0) {
+      std::fprintf(stderr, "%s must be a positive integer, got '%s'\n", what, argv[i]);
+      std::exit(2);
+    }
+    return v;
+  }
 };
 
 // parse consumes +RTS ... -RTS (as run(argc, argv, main) does) and reads the size (argv[1]) or the default.
 inline args parse(int argc, char** argv, long long default_n) {
   args a{};
   a.opts = capstan::options::parse_or_exit(argc, argv);  // bad flag: message, summary, exit 1
+  a.argc = argc;  // parse_or_exit took the RTS flags out of argc/argv
+  a.argv = argv;
   a.n = argc > 1 ? std::atoll(argv[1]) : default_n;
   if (a.n <= 0) {
     std::fprintf(stderr, "size must be a positive integer, got '%s'\n", argv[1]);

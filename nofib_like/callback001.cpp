@@ -14,11 +14,7 @@
 
 int main(int argc, char** argv) {
   auto a = bench::parse(argc, argv, 10'000);
-  long long threads = argc > 2 ? std::atoll(argv[2]) : 4;
-  if (threads < 1) {
-    std::fprintf(stderr, "threads must be a positive integer, got '%s'\n", argv[2]);
-    return 2;
-  }
+  long long threads = a.positive(2, 4, "threads");
   double ns = 0;
   bool ok = capstan::run(a.opts, [&] {
     long long n = a.n;

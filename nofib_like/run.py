@@ -146,6 +146,21 @@ BENCHMARKS = [
     # IO manager.  delay: threads, each sleeping 1 ms; http: wrk
     # connections, seconds.
     Benchmark("delay", (100_000,), (100_000,), "ms"),
+    # Stopping threads.  kill: threads, forked masked and killed (threads006);
+    # killblocked: blocked threads killed, frames each (prints the bare
+    # throw+catch floor through the same frames, and the ratio).
+    Benchmark("kill", (1_000_000,), (100_000,), "ns_per_thread"),
+    Benchmark("killblocked", (100_000, 5), (20_000, 5), "ns_per_thread"),
+    # 500 threads in a line, values pumped through.
+    Benchmark("threads003", (20_000,), (2_000,), "ns_per_hop"),
+    # Threads blocked at exit (threads007: mvars, sleeps; shutdown: and fd
+    # waits): time from main returning to run() returning, per thread.
+    Benchmark("threads007", (20_000,), (5_000,), "exit_ns"),
+    Benchmark("shutdown", (100_000,), (20_000,), "exit_ns"),
+    # Quick timeouts, then 1 ms expiries.
+    Benchmark("timeout", (1_000_000, 200), (100_000, 50), "ns_per_timeout"),
+    # Rounds; ms from main blocking to blocked_indefinitely.
+    Benchmark("deadlock", (10,), (3,), "ms"),
     Benchmark("http", (64, 10), (64, 2), "req_per_s", **HTTP),
     Benchmark("http", (1000, 10), (1000, 2), "req_per_s", **HTTP),
 ]

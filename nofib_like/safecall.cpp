@@ -45,11 +45,7 @@ long long safe_calls(long long n) {
 
 int main(int argc, char** argv) {
   auto a = bench::parse(argc, argv, 5'000'000);
-  long long threads = argc > 2 ? std::atoll(argv[2]) : 1;
-  if (threads < 1) {
-    std::fprintf(stderr, "threads must be a positive integer, got '%s'\n", argv[2]);
-    return 2;
-  }
+  long long threads = a.positive(2, 1, "threads");
   std::string metrics;
   bool ok = capstan::run(a.opts, [&] {
     long long n = a.n;

@@ -11,6 +11,8 @@
 //  1. shutting_down = true, and every capability is interrupted, so a
 //     running thread throws thread_killed from its next runtime call or
 //     safe point, and a thread that has not started never runs its body.
+//     Stacks of finishing threads stay resident from here on (Note
+//     [Keeping stacks at shutdown] in storage/stack.cpp).
 //  2. Every blocked thread is woken with thread_killed
 //     (Note [Killing a blocked thread]); its stack unwinds and its
 //     destructors run - nothing a thread owns is leaked.
@@ -63,7 +65,8 @@ namespace capstan::rts {
 // order, so it only tries, and on failure backs off and is retried on the
 // next sweep).  While the killer holds wait_lock with blocked_on == m, m
 // cannot finish being destroyed, so m is valid.  A waiter that blocked while
-// unwinding (in a destructor) is not killed: throwing there would terminate().
+// unwinding (in a destructor) is not killed: see Note [Blocked while
+// unwinding].
 //
 // wait_lock is skipped by blockers and wakers until someone needs it: the
 // killer turns it on first (Note [Wait locks] in schedule/raise.cpp).
@@ -93,6 +96,23 @@ bool request_kill(Thread* t) noexcept {
   if (killable) wake(t);
   return true;
 }
+
+// Note [Blocked while unwinding]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread that blocks in a destructor while it unwinds (from
+// thread_killed or any other exception) cannot be interrupted: raising
+// there would throw out of a destructor during unwinding, which C++ turns
+// into terminate() - GHC, whose handlers run masked but interruptible,
+// has no such limit.  So request_kill and post_throw leave it on its
+// mvar's queue, where it stays an ordinary waiter: a put (from a thread
+// unwinding in the same shutdown, say) wakes it, and it finishes its
+// unwinding.  If nothing does, shutdown keeps sweeping until
+// kShutdownGrace has passed, then abandons it like a thread that swallows
+// thread_killed (the rest of its stack is freed without unwinding; it is
+// reported on stderr and counted in threads_abandoned; the exception it
+// was unwinding from is never freed).  Shutdown cannot
+// abandon it earlier: a plain OS thread may still try_put into its mvar,
+// which the runtime cannot see.  Tested in tests/rts/shutdown/shutdown_test.cpp.
 
 namespace {
 
@@ -161,6 +181,7 @@ void shutdown_protocol() {
   rt.shutting_down.store(true, std::memory_order_seq_cst);
   enable_wait_locks();  // Note [Wait locks] in schedule/raise.cpp
   sample_peaks();
+  rt.arena.keep_memory();  // Note [Keeping stacks at shutdown] in storage/stack.cpp
   for (Capability* c : rt.caps) {
     interrupt_capability(c);
     notify_capability(c);

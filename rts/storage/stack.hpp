@@ -49,6 +49,10 @@ class StackArena {
   void park_warm(void* const* stacks, std::size_t n);
   // release_warm gives the memory of every warm stack back to the OS.
   void release_warm();
+  // keep_memory stops releasing stacks' memory one at a time until
+  // release_all (shutdown: the slabs are about to be unmapped whole).
+  // Note [Keeping stacks at shutdown] in stack.cpp.
+  void keep_memory();
   static constexpr std::size_t kWarmMax = 4096;
 
   std::size_t size() const { return usable_; }
@@ -77,6 +81,7 @@ class StackArena {
   std::vector<std::pair<void*, std::size_t>> slabs_;  // guarded by mu_
   std::vector<void*> cold_;    // released stacks ready for reuse (guarded by mu_)
   std::vector<void*> warm_;    // pooled stacks still resident, oldest first (guarded by mu_)
+  bool keep_memory_ = false;   // set by keep_memory, cleared by release_all (guarded by mu_)
   std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
 };
 
