@@ -196,6 +196,8 @@ Thread* mvar_core::serve(waiter& w) noexcept {
   return t;
 }
 
+bool mvar_core::can_block() noexcept { return rts::green_task() != nullptr; }
+
 void wake_list::more(Thread* t) noexcept {
   t->link = nullptr;  // t is dequeued and not yet runnable: link is free
   if (chain_tail_) chain_tail_->link = t; else chain_ = t;

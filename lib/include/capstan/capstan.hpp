@@ -1,8 +1,10 @@
 // capstan.hpp - everything: green threads, MVars, sparks, foreign calls,
-// sleeping and fd waits, sockets, options, statistics.
+// channels, scoped async threads, sleeping and fd waits, sockets, options, statistics.
 #pragma once
 
+#include "capstan/async.hpp"
 #include "capstan/async_exception.hpp"
+#include "capstan/chan.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/io.hpp"
