@@ -1,0 +1,49 @@
+{-# LANGUAGE BangPatterns #-}
+-- chan: one writer and one reader pass n items through a Control.Concurrent.Chan
+-- (GHC's smp chan).  Baseline: the same n items through an MVar.
+-- Metric: items_per_s = n / elapsed.  Check: the reader's sum = n(n-1)/2.
+-- Haskell twin of nofib_like/chan.cpp.
+module Main (main) where
+
+import Control.Concurrent
+import Control.Monad (when)
+import GHC.Clock (getMonotonicTimeNSec)
+import System.Environment (getArgs)
+import System.Exit
+import Text.Printf (printf)
+
+-- | ns per item through send/recv, and whether the sum checks.
+pipe :: Int -> (Int -> IO ()) -> IO Int -> IO (Double, Bool)
+pipe n send recv = do
+  done <- newEmptyMVar
+  t0 <- getMonotonicTimeNSec
+  _ <- forkIO (mapM_ send [0 .. n - 1])
+  _ <- forkIO (reader 0 0 >>= putMVar done)
+  s <- takeMVar done
+  t1 <- getMonotonicTimeNSec
+  return (fromIntegral (t1 - t0) / fromIntegral n, s == n * (n - 1) `div` 2)
+  where
+    reader !i !acc
+      | i >= n = return acc
+      | otherwise = do v <- recv
+                       reader (i + 1) (acc + v)
+
+body :: Int -> IO (Double, Double, Bool)
+body n = do
+  c <- newChan
+  (cns, ok1) <- pipe n (writeChan c) (readChan c)
+  m <- newEmptyMVar
+  (mns, ok2) <- pipe n (putMVar m) (takeMVar m)
+  return (cns, mns, ok1 && ok2)
+
+main :: IO ()
+main = do
+  args <- getArgs
+  let n = case args of (a : _) -> read a; [] -> 10000000
+  caps <- getNumCapabilities
+  r <- newEmptyMVar
+  _ <- forkIO (body n >>= putMVar r)
+  (cns, mns, ok) <- takeMVar r
+  printf "capstan-bench name=chan impl=ghc caps=%d n=%d items_per_s=%.0f ns_per_item=%.2f mvar_items_per_s=%.0f check=%s\n"
+    caps n (1e9 / cns) cns (1e9 / mns) (if ok then "ok" else "FAIL")
+  when (not ok) exitFailure
