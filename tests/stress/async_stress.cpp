@@ -91,7 +91,7 @@ void one_op(std::mt19937_64& rng, std::atomic<int>* live, shared_state& sh) {
 TEST_P(AsyncStress, NoChildOutlivesItsOperation) {
   stress::Watchdog dog(std::chrono::seconds(120), "async compositions under kills");
   constexpr int kParents = 6;
-  const int kOps = 3000 / static_cast<int>(stress::kScale);
+  const int kOps = 10000 / static_cast<int>(stress::kScale);
   std::atomic<long> leaked{0}, kills{0}, errors{0};
   run(capstan_test::opts(GetParam(), std::chrono::microseconds(1000)), [&] {
     shared_state sh;

@@ -19,7 +19,7 @@ TEST_P(ChanStress, EveryItemExactlyOnceUnderKills) {
   using namespace capstan;
   stress::Watchdog dog(std::chrono::seconds(120), "chan readers, writers and kills");
   constexpr int kWriters = 4;
-  const int kPerWriter = 40000 / static_cast<int>(stress::kScale);
+  const int kPerWriter = 200000 / static_cast<int>(stress::kScale);
   std::vector<std::atomic<int>> seen(kWriters * kPerWriter);
   std::atomic<long> kills{0}, timeouts{0};
   std::atomic<int> readers_alive{0};
