@@ -2,6 +2,7 @@
 // exceptions, and cancellation of threads that are blocked or masked (Note
 // [Async threads] in capstan/async.hpp).
 #include <atomic>
+#include <memory>
 #include <ranges>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,53 @@ TEST_P(Async, WaitRethrowsTheException) {
   run([] {
     async a([]() -> int { throw std::runtime_error("bad"); });
     EXPECT_THROW(a.wait(), std::runtime_error);
+  });
+}
+
+// The completion report racing with the waiter parking (Note [Async
+// threads]): no wait hangs, and a cancel racing with the end either keeps
+// the result or reports the kill.
+TEST_P(Async, WaitAndCancelRacingTheEnd) {
+  run([] {
+    const int rounds = 3000 / capstan_test::kScale;
+    int killed = 0;
+    for (int i = 0; i < rounds; ++i) {
+      async a([i] {
+        if (i % 3 == 0) yield();
+        return i;
+      });
+      if (i % 2) yield();
+      if (i % 5 == 0) {
+        a.cancel();
+        try {
+          EXPECT_EQ(a.wait(), i);
+        } catch (const thread_killed&) {
+          ++killed;
+        }
+      } else {
+        ASSERT_EQ(a.wait(), i);
+      }
+    }
+    EXPECT_LE(killed, rounds / 5 + 1);
+  });
+}
+
+// A child's closure (what it captured) is destroyed before the call that
+// started it returns.
+TEST_P(Async, ChildClosuresAreGoneOnReturn) {
+  run([] {
+    auto token = std::make_shared<int>(0);
+    mvar<int> never;
+    auto r = race([token, &never] { return never.take(); }, [token] { return 1; });
+    EXPECT_EQ(r.index(), 1u);
+    EXPECT_EQ(token.use_count(), 1);
+    map_concurrently(std::views::iota(0, 8), [token](int i) { return i; });
+    EXPECT_EQ(token.use_count(), 1);
+    {
+      async a([token] { return *token; });
+      a.wait();
+    }
+    EXPECT_EQ(token.use_count(), 1);
   });
 }
 

@@ -196,7 +196,10 @@ class async {
   void cancel() { get("cancel").group.cancel_all(); }
 
   // id names the thread.
-  thread_id id() const { return const_cast<async*>(this)->get("id").group.id(0); }
+  thread_id id() const {
+    if (!st_) throw usage_error("capstan::async::id: the async was moved from");
+    return st_->group.id(0);
+  }
 
  private:
   struct state {
