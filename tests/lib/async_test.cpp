@@ -222,6 +222,24 @@ TEST_P(Async, KilledWaiterCancelsItsChildren) {
   });
 }
 
+// main returns while threads wait inside async scopes on blocked children:
+// shutdown kills them all, the scopes' cancels unwind their children, and
+// the run ends cleanly (the fixture checks nothing was abandoned).
+TEST_P(Async, ShutdownWithScopesBlocked) {
+  std::atomic<int> unwound{0};
+  run([&] {
+    static mvar<int> never;  // outlives the forked threads
+    for (int i = 0; i < 4; ++i)
+      fork_io([&] {
+        async a([&] { count_on_exit e{&unwound}; never.take(); });
+        race([&] { count_on_exit e{&unwound}; never.take(); },
+             [&] { count_on_exit e{&unwound}; sleep_for(1h); });
+      });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 8; }));
+  });
+  EXPECT_EQ(unwound.load(), 12);
+}
+
 TEST_P(Async, RaceFirstWinsEitherWay) {
   run([] {
     std::atomic<int> unwound{0};

@@ -71,12 +71,19 @@ struct async_slot {
 //    child runs f through the mask_restore of the fork site: f sees the
 //    caller's mask state, as if forked plainly.  Whatever ends f - a
 //    result, its own exception, or an asynchronous one such as a cancel's
-//    thread_killed - lands in the child's slot, f's closure is destroyed,
-//    and only then the child writes its index into the group's chan
-//    `done_`.  Back in the uninterruptible mask, nothing can be raised in
-//    it between leaving f and that write, so the report is never skipped;
-//    a throw_to arriving then waits until the child has finished, and is
+//    thread_killed - lands in the child's slot.  Back in the
+//    uninterruptible mask, nothing can be raised in it after f, and a
+//    throw_to arriving then waits until the child has finished, and is
 //    dropped.
+//  * The report - the child's index written into the group's chan
+//    `done_` - is sent by the destructor of the child's closure, after f's
+//    captures are destroyed.  The runtime destroys a thread's closure
+//    whether or not the thread ran: a thread that shutdown reclaims before
+//    it started (Note [Shutdown checkpoints]) still reports, with
+//    thread_killed in its slot.  Shutdown kills threads at checkpoints
+//    whatever their mask, so the report uses a chan write without the
+//    safe point (chan::write_no_checkpoint): it can neither be skipped nor
+//    throw from the destructor.
 //  * The write is the child's last touch of the group: chan operations
 //    unlock before waking the reader (Note [Waking after unlock]), so the
 //    reader may destroy the group as soon as it has the index.
@@ -93,6 +100,41 @@ struct async_slot {
 //    async) never leaves a thread behind.  A child that catches
 //    thread_killed and carries on delays that, as in Haskell.
 class async_group {
+  // child is a child thread's closure: runs f into the slot; its
+  // destructor - which runs whether or not the thread ever started -
+  // reports to the group (Note [Async threads]).
+  template <class R, class Fn>
+  struct child {
+    async_group* group;  // null once moved from: only one copy reports
+    std::size_t index;
+    async_slot<R>* slot;
+    mask_restore restore;
+    std::optional<Fn> fn;
+
+    template <class F>
+    child(async_group* g, std::size_t i, async_slot<R>* s, mask_restore r, F&& f)
+        : group(g), index(i), slot(s), restore(r), fn(std::forward<F>(f)) {}
+    child(child&& o) noexcept(std::is_nothrow_move_constructible_v<Fn>)
+        : group(std::exchange(o.group, nullptr)), index(o.index), slot(o.slot),
+          restore(o.restore), fn(std::move(o.fn)) {}
+    child& operator=(child&&) = delete;
+
+    void operator()() {
+      try {
+        restore([&] { slot->run(*fn); });
+      } catch (...) {
+        slot->error = std::current_exception();
+      }
+    }
+    ~child() {
+      if (!group) return;
+      fn.reset();  // f's captures are gone before the report
+      if (!slot->value && !slot->error)  // never ran: killed by shutdown before it started
+        slot->error = std::make_exception_ptr(thread_killed{});
+      group->report(index);
+    }
+  };
+
  public:
   explicit async_group(std::size_t n) : ids_(n), reported_(n, 0) {}
   async_group(const async_group&) = delete;
@@ -103,18 +145,11 @@ class async_group {
   // start runs f as child i, its outcome going to slot.
   template <class R, class F>
   void start(std::size_t i, async_slot<R>& slot, F&& f) {
-    using Fn = std::decay_t<F>;
     uninterruptible_mask([&](mask_restore restore) {
-      ids_[i] = fork_io([this, i, &slot, restore, fn = std::optional<Fn>(std::forward<F>(f))]() mutable {
-        try {
-          restore([&] { slot.run(*fn); });
-        } catch (...) {
-          slot.error = std::current_exception();
-        }
-        fn.reset();      // the closure's destructors run before the report
-        done_.write(i);  // the last touch of the group
-      });
+      // Counted first: if forking fails, the closure's destructor still
+      // reports (with thread_killed), and cancel_all reads that report.
       ++started_;
+      ids_[i] = fork_io(child<R, std::decay_t<F>>(this, i, &slot, restore, std::forward<F>(f)));
     });
   }
 
@@ -125,6 +160,9 @@ class async_group {
     --started_;
     return i;
   }
+
+  // report is a child's "finished": the last touch of the group.
+  void report(std::size_t i) noexcept { done_.write_no_checkpoint(i); }
 
   // any_unseen tells whether some child has finished and not been reported.
   bool any_unseen() { return done_.size() != 0; }

@@ -22,6 +22,7 @@
 namespace capstan {
 
 namespace detail {
+class async_group;
 
 // Note [Chan storage]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -129,12 +130,7 @@ class chan {
   // write appends v, or hands it to the oldest blocked reader; never blocks.
   void write(T v) {
     op g(core_);
-    if (detail::waiter* w = core_.front()) {
-      static_cast<std::optional<T>*>(w->slot)->emplace(std::move(v));
-      g.woken.add(core_.serve(*w));
-      return;
-    }
-    ring_.push(std::move(v));
+    put(g, std::move(v));
   }
 
   // read removes and returns the oldest item, waiting while the chan is empty.
@@ -186,6 +182,25 @@ class chan {
  private:
   // See detail::core_op and Note [Killing around an mvar operation].
   using op = detail::core_op;
+
+  // put is write's body (lock held).
+  void put(op& g, T v) {
+    if (detail::waiter* w = core_.front()) {
+      static_cast<std::optional<T>*>(w->slot)->emplace(std::move(v));
+      g.woken.add(core_.serve(*w));
+      return;
+    }
+    ring_.push(std::move(v));
+  }
+
+  // write_no_checkpoint is write without its safe point, so it cannot
+  // throw thread_killed (even at shutdown): for the reports of
+  // detail::async_group's children, sent from a destructor.
+  friend class detail::async_group;
+  void write_no_checkpoint(T v) {
+    op g(core_, op::no_checkpoint_t{});
+    put(g, std::move(v));
+  }
 
   // block enqueues w (lock held, chan empty) for dest and hands the lock
   // to the coming park; a caller that cannot park gets usage_error.

@@ -141,6 +141,11 @@ struct core_op {
     safe_point();
     core.lock();
   }
+  // no_checkpoint: an operation that must not throw, even at shutdown
+  // (a report from a destructor: Note [Async threads]).  Only for
+  // operations that never block.
+  struct no_checkpoint_t {};
+  core_op(mvar_core& c, no_checkpoint_t) : core(c) { core.lock(); }
   core_op(const core_op&) = delete;
   core_op& operator=(const core_op&) = delete;
   void release_to_park() { locked = false; }
