@@ -149,8 +149,9 @@ TEST_P(Async, CancelAndMasks) {
       });
     });
     ASSERT_TRUE(green_wait_until([&] { return gate.waiting() == 1; }));
-    fork_io([&] {
-      sleep_for(5ms);
+    thread_id me = self();
+    fork_io([&] {  // opens the gate once we wait in cancel's throw_to
+      EXPECT_TRUE(green_wait_until([&] { return state_of(me) == thread_state::blocked; }));
       gate.put(0);
     });
     b.cancel();  // waits until b left its mask and died

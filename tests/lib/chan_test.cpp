@@ -223,11 +223,13 @@ TEST_P(Chan, MaskedReaders) {
     });
     ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 1; }));
     mvar<bool> kill_returned;
-    fork_io([&] {
+    thread_id killer = fork_io([&] {
       kill_thread(t2);
       kill_returned.put(true);
     });
-    ASSERT_TRUE(green_wait_until([&] { return state_of(t2) == thread_state::blocked; }));
+    // The killer waits in throw_to: t2 is masked uninterruptibly.
+    ASSERT_TRUE(green_wait_until([&] { return state_of(killer) == thread_state::blocked; }));
+    EXPECT_FALSE(kill_returned.try_take().has_value());
     c.write(9);
     EXPECT_TRUE(kill_returned.take());
     EXPECT_EQ(r2.take(), 1);
@@ -252,6 +254,25 @@ TEST_P(Chan, DestroyedChanOrphansItsReaders) {
     c.reset();
     EXPECT_EQ(r.take(), 1);
   });
+}
+
+// main returning kills readers still blocked (a blocked read is a
+// shutdown checkpoint); they unwind and the run ends cleanly.
+TEST_P(Chan, ShutdownKillsBlockedReaders) {
+  std::atomic<int> unwound{0};
+  run([&] {
+    static chan<int> c;  // outlives the readers
+    for (int i = 0; i < 5; ++i)
+      fork_io([&] {
+        struct count {
+          std::atomic<int>* n;
+          ~count() { n->fetch_add(1); }
+        } k{&unwound};
+        c.read();
+      });
+    ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 5; }));
+  });
+  EXPECT_EQ(unwound.load(), 5);
 }
 
 // Deadlock detection sees a reader of a chan nobody can write to.
