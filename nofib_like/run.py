@@ -161,6 +161,11 @@ BENCHMARKS = [
     Benchmark("timeout", (1_000_000, 200), (100_000, 50), "ns_per_timeout"),
     # Rounds; ms from main blocking to blocked_indefinitely.
     Benchmark("deadlock", (10,), (3,), "ms"),
+    # Channels: one writer, one reader, n items (GHC's smp chan);
+    # mvar_items_per_s is the same pipe through an mvar; split_items_per_s
+    # the chan with writer and reader on different capabilities (-N2).
+    Benchmark("chan", (10_000_000,), (1_000_000,), "items_per_s",
+              higher_is_better=("items_per_s", "mvar_items_per_s", "split_items_per_s")),
     Benchmark("http", (64, 10), (64, 2), "req_per_s", **HTTP),
     Benchmark("http", (1000, 10), (1000, 2), "req_per_s", **HTTP),
 ]

@@ -205,6 +205,7 @@ void mvar_core::blocking_point(const char* what) {
   if (task->cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
     rts::yield_point_slow();
 }
+bool mvar_core::can_block() noexcept { return rts::green_task() != nullptr; }
 
 void wake_list::more(Thread* t) noexcept {
   t->link = nullptr;  // t is dequeued and not yet runnable: link is free

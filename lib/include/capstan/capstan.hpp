@@ -1,12 +1,14 @@
 // capstan.hpp - everything: green threads, MVars, sparks, foreign calls,
-// sleeping and fd waits, sockets, options, statistics, and the
-// synchronisation vocabulary (mutex, condition variable, semaphore, latch,
-// barrier, wait group, promise/future).
+// channels, scoped async threads, sleeping and fd waits, sockets, options,
+// statistics, and the synchronisation vocabulary (mutex, condition variable,
+// semaphore, latch, barrier, wait group, promise/future).
 #pragma once
 
+#include "capstan/async.hpp"
 #include "capstan/async_exception.hpp"
 #include "capstan/barrier.hpp"
 #include "capstan/condition_variable.hpp"
+#include "capstan/chan.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/foreign.hpp"
 #include "capstan/future.hpp"

@@ -123,41 +123,9 @@ class mvar {
   }
 
  private:
-  // op holds the lock for one operation.  It passes a safe point (every
-  // runtime call is one) *before* locking, so a thread killed there (Note
-  // [Shutdown checkpoints]) has not yet touched the mvar; after the
-  // operation has taken effect nothing throws (Note [Killing around an mvar
-  // operation]).  On every exit - normal, or an exception from T's
-  // constructors - it unlocks, then wakes the threads the operation served
-  // (Note [Waking after unlock]).  A blocking operation hands the lock to
-  // park() instead, which releases it once the thread is off the CPU.
-  //
-  // Note [Killing around an mvar operation]
-  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-  // thread_killed must never be raised once an operation has moved a value
-  // in or out: take() would lose the value it took, try_put would deliver
-  // its value and then report failure by throwing.  So the only places an
-  // mvar operation may throw it are before it takes effect: the safe point
-  // in op's constructor, and park() (which dequeues the waiter before
-  // throwing).  A thread served while parked returns normally; its next
-  // runtime call is the next checkpoint.  op's destructor never throws.
-  struct op {
-    detail::mvar_core& core;
-    detail::wake_list woken;
-    bool locked = true;
-    explicit op(detail::mvar_core& c) : core(c) {
-      detail::safe_point();
-      core.lock();
-    }
-    op(const op&) = delete;
-    op& operator=(const op&) = delete;
-    void release_to_park() { locked = false; }
-    ~op() {
-      if (!locked) return;  // parked: park() released the lock
-      core.unlock();
-      woken.wake_all();
-    }
-  };
+  // op holds the lock for one operation: see detail::core_op and Note
+  // [Killing around an mvar operation].
+  using op = detail::core_op;
 
   std::optional<T> take_timed(long long ns) {
     op g(core_);

@@ -109,6 +109,9 @@ class mvar_core {
   // already hold the value (or have been read).  Returns its thread, to be
   // woken after unlock.  See Note [Waking after unlock].
   rts::Thread* serve(waiter& w) noexcept;
+  // can_block tells whether the caller could park here: it runs a green
+  // thread (not a plain OS thread, nor one inside safe_call).
+  static bool can_block() noexcept;
 
   // blocking_point is the entry of a blocking call built on mvar_core (the
   // sync primitives): a safe point, and a usage_error naming `what` unless
@@ -123,6 +126,49 @@ class mvar_core {
   waiter* head_ = nullptr;  // guarded by locked_
   waiter* tail_ = nullptr;  // guarded by locked_
   std::size_t n_waiters_ = 0;  // guarded by locked_
+};
+
+// core_op holds an mvar_core's lock for one operation of a primitive built
+// on it (mvar<T>, chan<T>).  It passes a safe point (every runtime call is
+// one) *before* locking, so a thread killed there (Note [Shutdown
+// checkpoints]) has not yet touched the primitive; after the operation has
+// taken effect nothing throws (Note [Killing around an mvar operation]).
+// On every exit - normal, or an exception from T's constructors - it
+// unlocks, then wakes the threads the operation served (Note [Waking after
+// unlock]).  A blocking operation hands the lock to park() instead, which
+// releases it once the thread is off the CPU.
+//
+// Note [Killing around an mvar operation]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// thread_killed must never be raised once an operation has moved a value
+// in or out: take() would lose the value it took, try_put would deliver
+// its value and then report failure by throwing.  So the only places an
+// mvar operation may throw it are before it takes effect: the safe point
+// in core_op's constructor, and park() (which dequeues the waiter before
+// throwing).  A thread served while parked returns normally; its next
+// runtime call is the next checkpoint.  core_op's destructor never throws.
+// The same holds for chan<T>'s operations.
+struct core_op {
+  mvar_core& core;
+  wake_list woken;
+  bool locked = true;
+  explicit core_op(mvar_core& c) : core(c) {
+    safe_point();
+    core.lock();
+  }
+  // no_checkpoint: an operation that must not throw, even at shutdown
+  // (a report from a destructor: Note [Async threads]).  Only for
+  // operations that never block.
+  struct no_checkpoint_t {};
+  core_op(mvar_core& c, no_checkpoint_t) : core(c) { core.lock(); }
+  core_op(const core_op&) = delete;
+  core_op& operator=(const core_op&) = delete;
+  void release_to_park() { locked = false; }
+  ~core_op() {
+    if (!locked) return;  // parked: park() released the lock
+    core.unlock();
+    woken.wake_all();
+  }
 };
 
 }  // namespace capstan::detail

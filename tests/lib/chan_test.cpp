@@ -1,0 +1,323 @@
+// chan_test.cpp - chan<T>: FIFO order, blocked readers served in order,
+// try_read / read_for, and a blocked read ended by an exception, a
+// time-out, the chan's end or deadlock detection.
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "capstan/capstan.hpp"
+#include "capstan_test.hpp"
+
+using namespace capstan;
+using namespace std::chrono_literals;
+using capstan_test::WithCaps;
+using capstan_test::green_wait_until;
+using capstan_test::kScale;
+
+namespace {
+
+class Chan : public WithCaps {};
+
+struct flag_on_exit {
+  std::atomic<bool>* f;
+  ~flag_on_exit() { f->store(true); }
+};
+
+TEST_P(Chan, OneWriterOneReaderKeepOrder) {
+  run([] {
+    chan<int> c;
+    const int n = 100000 / kScale;
+    mvar<bool> ok;
+    fork_io([&] {
+      bool in_order = true;
+      for (int i = 0; i < n; ++i) in_order &= c.read() == i;
+      ok.put(in_order);
+    });
+    for (int i = 0; i < n; ++i) {
+      c.write(i);
+      if (i % 1000 == 0) yield();
+    }
+    EXPECT_TRUE(ok.take());
+    EXPECT_EQ(c.size(), 0u);
+  });
+}
+
+// Each writer's items come out in its order; every item exactly once.
+TEST_P(Chan, ManyWritersManyReaders) {
+  run([] {
+    chan<std::pair<int, int>> c;
+    const int writers = 4, readers = 3, per = 20000 / kScale;
+    std::vector<std::atomic<int>> seen(writers * per);
+    mvar<bool> reader_ok;
+    for (int w = 0; w < writers; ++w)
+      fork_io([&, w] {
+        for (int i = 0; i < per; ++i) c.write({w, i});
+      });
+    std::atomic<int> remaining{writers * per};
+    for (int r = 0; r < readers; ++r)
+      fork_io([&] {
+        std::vector<int> last(writers, -1);
+        bool ok = true;
+        while (remaining.fetch_sub(1) > 0) {
+          auto [w, i] = c.read();
+          ok &= i > last[w];  // per writer, increasing for each reader
+          last[w] = i;
+          seen[w * per + i].fetch_add(1);
+        }
+        reader_ok.put(ok);
+      });
+    for (int r = 0; r < readers; ++r) EXPECT_TRUE(reader_ok.take());
+    for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+  });
+}
+
+// Blocked readers are served in the order they blocked.
+TEST_P(Chan, BlockedReadersServedInFifoOrder) {
+  run([] {
+    chan<int> c;
+    const int k = 6;
+    std::vector<mvar<int>> got(k);
+    for (int r = 0; r < k; ++r) {
+      fork_io([&, r] { got[r].put(c.read()); });
+      ASSERT_TRUE(green_wait_until([&] { return c.waiting() == static_cast<std::size_t>(r + 1); }));
+    }
+    for (int i = 0; i < k; ++i) c.write(100 + i);
+    for (int r = 0; r < k; ++r) EXPECT_EQ(got[r].take(), 100 + r);
+  });
+}
+
+TEST_P(Chan, TryReadAndSize) {
+  run([] {
+    chan<std::unique_ptr<int>> c;  // move-only items
+    EXPECT_FALSE(c.try_read().has_value());
+    c.write(std::make_unique<int>(1));
+    c.write(std::make_unique<int>(2));
+    EXPECT_EQ(c.size(), 2u);
+    EXPECT_EQ(**c.try_read(), 1);
+    EXPECT_EQ(**c.try_read(), 2);
+    EXPECT_FALSE(c.try_read().has_value());
+    EXPECT_EQ(c.size(), 0u);
+  });
+}
+
+// The ring wraps, grows and shrinks without losing order.
+TEST_P(Chan, StorageWrapsGrowsAndShrinks) {
+  run([] {
+    chan<long> c;
+    long next_in = 0, next_out = 0;
+    std::mt19937 rng(7);
+    for (int round = 0; round < 2000; ++round) {
+      int w = static_cast<int>(rng() % 300), r = static_cast<int>(rng() % 300);
+      for (int i = 0; i < w; ++i) c.write(next_in++);
+      for (int i = 0; i < r; ++i) {
+        std::optional<long> v = c.try_read();
+        if (!v) break;
+        ASSERT_EQ(*v, next_out++);
+      }
+      ASSERT_EQ(c.size(), static_cast<std::size_t>(next_in - next_out));
+    }
+    while (std::optional<long> v = c.try_read()) ASSERT_EQ(*v, next_out++);
+    EXPECT_EQ(next_in, next_out);
+  });
+}
+
+TEST_P(Chan, ReadForTimesOutAndLeavesNoWaiter) {
+  run([] {
+    chan<int> c;
+    EXPECT_FALSE(c.read_for(2ms).has_value());
+    EXPECT_FALSE(c.read_for(0ms).has_value());
+    EXPECT_EQ(c.waiting(), 0u);
+    c.write(5);
+    EXPECT_EQ(c.read_for(1s), 5);
+  });
+}
+
+// A write racing with a read_for's time-out: the item goes to the reader
+// or stays in the chan, never both, never neither.
+TEST_P(Chan, WriteRacingReadForNeverLosesTheItem) {
+  run([] {
+    chan<int> c;
+    const int rounds = 2000 / kScale;
+    int delivered = 0, kept = 0;
+    for (int i = 0; i < rounds; ++i) {
+      mvar<int> got;  // -1: timed out
+      fork_io([&] {
+        std::optional<int> v = c.read_for(std::chrono::microseconds(i % 50));
+        got.put(v ? *v : -1);
+      });
+      if (i % 2) yield();
+      c.write(i);
+      int g = got.take();
+      if (g == i) {
+        ++delivered;
+        ASSERT_FALSE(c.try_read().has_value());
+      } else {
+        ASSERT_EQ(g, -1);
+        ASSERT_EQ(c.try_read(), i) << "the item was lost";
+        ++kept;
+      }
+    }
+    EXPECT_EQ(delivered + kept, rounds);
+  });
+}
+
+// A killed blocked reader leaves the queue exactly once; the next item
+// goes to the next reader.
+TEST_P(Chan, KilledReaderLeavesTheQueue) {
+  run([] {
+    chan<int> c;
+    std::atomic<bool> unwound{false};
+    mvar<int> killed_got, other_got;
+    thread_id a = fork_io([&] {
+      try {
+        flag_on_exit f{&unwound};
+        killed_got.put(c.read());
+      } catch (const thread_killed&) {
+        killed_got.put(-1);
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 1; }));
+    fork_io([&] { other_got.put(c.read()); });
+    ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 2; }));
+    kill_thread(a);
+    EXPECT_EQ(killed_got.take(), -1);
+    EXPECT_TRUE(unwound.load());
+    EXPECT_EQ(c.waiting(), 1u);
+    c.write(42);
+    EXPECT_EQ(other_got.take(), 42);
+    c.write(43);
+    EXPECT_EQ(c.try_read(), 43) << "a departed reader took an item";
+  });
+}
+
+// A masked reader stays interruptible; an uninterruptibly masked one
+// takes its item first and meets the exception when it unmasks.
+TEST_P(Chan, MaskedReaders) {
+  run([] {
+    chan<int> c;
+    mvar<int> r1;
+    thread_id t1 = fork_io([&] {
+      try {
+        mask([&] { c.read(); });
+        r1.put(0);
+      } catch (const thread_killed&) {
+        r1.put(1);
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 1; }));
+    kill_thread(t1);
+    EXPECT_EQ(r1.take(), 1);
+
+    std::atomic<int> got{0};
+    mvar<int> r2;
+    thread_id t2 = fork_io([&] {
+      try {
+        uninterruptible_mask([&] { got.store(c.read()); });
+        r2.put(0);
+      } catch (const thread_killed&) {
+        r2.put(1);
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 1; }));
+    mvar<bool> kill_returned;
+    thread_id killer = fork_io([&] {
+      kill_thread(t2);
+      kill_returned.put(true);
+    });
+    // The killer waits in throw_to: t2 is masked uninterruptibly.
+    ASSERT_TRUE(green_wait_until([&] { return state_of(killer) == thread_state::blocked; }));
+    EXPECT_FALSE(kill_returned.try_take().has_value());
+    c.write(9);
+    EXPECT_TRUE(kill_returned.take());
+    EXPECT_EQ(r2.take(), 1);
+    EXPECT_EQ(got.load(), 9);
+  });
+}
+
+// Readers still blocked when the chan dies get blocked_indefinitely.
+TEST_P(Chan, DestroyedChanOrphansItsReaders) {
+  run([] {
+    auto c = std::make_unique<chan<int>>();
+    mvar<int> r;
+    fork_io([&] {
+      try {
+        c->read();
+        r.put(0);
+      } catch (const blocked_indefinitely&) {
+        r.put(1);
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return c->waiting() == 1; }));
+    c.reset();
+    EXPECT_EQ(r.take(), 1);
+  });
+}
+
+// main returning kills readers still blocked (a blocked read is a
+// shutdown checkpoint); they unwind and the run ends cleanly.
+TEST_P(Chan, ShutdownKillsBlockedReaders) {
+  std::atomic<int> unwound{0};
+  run([&] {
+    static chan<int> c;  // outlives the readers
+    for (int i = 0; i < 5; ++i)
+      fork_io([&] {
+        struct count {
+          std::atomic<int>* n;
+          ~count() { n->fetch_add(1); }
+        } k{&unwound};
+        c.read();
+      });
+    ASSERT_TRUE(green_wait_until([&] { return c.waiting() == 5; }));
+  });
+  EXPECT_EQ(unwound.load(), 5);
+}
+
+// Deadlock detection sees a reader of a chan nobody can write to.
+TEST_P(Chan, AbandonedReaderGetsBlockedIndefinitely) {
+  options o = capstan_test::opts(caps());
+  o.deadlock_detection = options::deadlock::force;  // sanitizers' own threads
+  EXPECT_THROW(run(o, [] {
+                 chan<int> c;
+                 std::atomic<bool> other{false};
+                 fork_io([&] {
+                   try {
+                     c.read();
+                   } catch (const blocked_indefinitely&) {
+                     other.store(true);
+                   }
+                 });
+                 try {
+                   c.read();
+                 } catch (const blocked_indefinitely&) {
+                   EXPECT_TRUE(green_wait_until([&] { return other.load(); }));
+                   throw;
+                 }
+               }),
+               blocked_indefinitely);
+}
+
+// Plain OS threads may write and try_read; a blocking read is refused.
+TEST_P(Chan, OsThreadsWriteButCannotBlock) {
+  run([] {
+    chan<int> c;
+    bool refused = false;
+    std::thread os([&] {
+      try {
+        c.read();
+      } catch (const usage_error&) {
+        refused = true;
+      }
+      for (int i = 0; i < 100; ++i) c.write(i);
+    });
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(c.read(), i);
+    os.join();
+    EXPECT_TRUE(refused);
+  });
+}
+
+}  // namespace
+
+CAPSTAN_INSTANTIATE_CAPS(Chan);
