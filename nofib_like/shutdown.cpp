@@ -3,7 +3,8 @@
 // kills them all (Note [Shutdown] in rts/shutdown/shutdown.cpp).
 //   shutdown:   a third each on mvars, sleeps (1 h) and fd waits (pipes
 //               that never become readable).
-//   threads007: half on mvars, half on sleeps (GHC's threads007 shape).
+//   threads007: a third each on mvars, chan reads and sleeps (GHC's
+//               threads007 shape: threads blocked on MVars and Chans).
 // exit_ns = (run() returned - main returned) / n.  floor_ns = a bare throw
 // + catch of thread_killed through the same frames, timed in the same
 // program before run(); ratio = exit_ns / floor_ns.  Check: every thread
@@ -18,7 +19,7 @@
 
 #ifdef THREADS007
 constexpr const char* kName = "threads007";
-constexpr int kKinds = 2;
+constexpr int kKinds = 3;
 constexpr long long kDefaultN = 20'000;
 #else
 constexpr const char* kName = "shutdown";
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
   const double floor = bench::floor_ns(frames, 100'000);
   // Outlive main: an mvar destroyed under its waiters would orphan them.
   auto ms = std::make_unique<capstan::mvar<int>[]>(static_cast<std::size_t>(n));
+  constexpr int kChans = 16;
+  auto chans = std::make_unique<capstan::chan<int>[]>(kChans);
   constexpr int kPipes = 16;
   int pipes[kPipes][2];
   for (auto& p : pipes)
@@ -48,7 +51,13 @@ int main(int argc, char** argv) {
           switch (i % kKinds) {
             case 0: ms[static_cast<std::size_t>(i)].take(); break;
             case 1: capstan::sleep_for(std::chrono::hours(1)); break;
-            default: capstan::wait_readable(pipes[i % kPipes][0]); break;
+            default:
+#ifdef THREADS007
+              chans[static_cast<std::size_t>(i % kChans)].read();
+#else
+              capstan::wait_readable(pipes[i % kPipes][0]);
+#endif
+              break;
           }
         };
         bench::descend(frames, dtors, bottom);

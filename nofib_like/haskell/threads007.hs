@@ -1,13 +1,13 @@
 {-# LANGUAGE BangPatterns #-}
--- threads007: n threads blocked at exit, half each on MVars and threadDelay
--- (1 h) (GHC's threads007 shape), each `frames` frames
+-- threads007: n threads blocked at exit, a third each on MVars, Chan reads
+-- and threadDelay (1 h) (GHC's threads007 shape), each `frames` frames
 -- deep with a `finally` handler in every frame.  GHC's exit does not run
 -- the handlers of blocked threads, so the twin does what capstan's run()
 -- does at exit: it kills every blocked thread and waits until every
 -- handler has run.  exit_ns = that time / n; floor_ns = throwIO
 -- ThreadKilled caught through the same frames; ratio = the quotient.
 -- Haskell twin of nofib_like/shutdown.cpp built as threads007 (shutdown.hs:
--- the same with fd waits too).
+-- the same with fd waits instead of Chans).
 module Main (main) where
 
 import Control.Concurrent
@@ -18,14 +18,13 @@ import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Conc (ThreadStatus (..), threadStatus)
 import System.Environment (getArgs)
 import System.Exit
-import System.Posix.IO (createPipe)
 import Text.Printf (printf)
 
 name :: String
 name = "threads007"
 
 kinds :: Int
-kinds = 2
+kinds = 3
 
 defaultN :: Int
 defaultN = 20000
@@ -64,14 +63,14 @@ floorNs frames reps = do
 body :: Int -> Int -> IO (Double, Double, Bool)
 body n frames = do
   fl <- floorNs frames 100000
-  pipes <- replicateM 16 createPipe
+  chans <- replicateM 16 newChan :: IO [Chan ()]
   c <- newIORef 0
   tids <- forM [0 .. n - 1] $ \i -> do
     m <- newEmptyMVar :: IO (MVar ())
     let bottom = case i `mod` kinds of
           0 -> takeMVar m
           1 -> threadDelay 3600000000
-          _ -> threadWaitRead (fst (pipes !! (i `mod` 16)))
+          _ -> readChan (chans !! (i `mod` 16))
     forkIO (descend c frames bottom)
   mapM_ waitBlocked tids
   t0 <- getMonotonicTimeNSec
