@@ -87,9 +87,8 @@
 // Note [Requests are shared]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A Request is created with two references: the green thread's and the IO
-// thread's.  The IO thread drops its own when the request is done *and* out
-// of the timer heap (in_heap), so a lazily deleted heap entry never points
-// at freed memory.  The green thread drops its reference after its take
+// thread's.  The IO thread drops its own when the request is done (finish()
+// has also taken it out of the timer heap).  The green thread drops its reference after its take
 // returns, or hands it to the IO thread with the cancel message when it
 // unwinds; whichever side drops last deletes the request and its mvar.  So
 // a killed thread leaves no dangling pointer in the IO thread, and the IO
@@ -275,7 +274,8 @@ Request* IoManager::new_fd_request(Op kind, int fd) noexcept {
       }
       if (i == kReserve - 1) std::this_thread::yield();
     }
-    r->done = r->in_heap = r->counted = false;
+    r->done = r->counted = false;
+    r->heap_index = kNotInHeap;
     r->prev = r->next = nullptr;
     r->entry = nullptr;
     r->err = 0;
@@ -361,8 +361,10 @@ void IoManager::handle(Msg* m) {
       do_interrupt(r);
       break;
     case Op::cancel:
+      // A killed sleeper or fd waiter, or io_cancel_timeout: a no-op if r
+      // fired first (Note [Cancelling a timer]).
       finish_and_update(r, kReady, /*wake=*/false);  // nobody takes any more
-      r->release();  // the green thread's reference, carried by the message
+      r->release();  // the holder's reference, carried by the message
       break;
   }
 }
@@ -376,9 +378,9 @@ void IoManager::count_parked(Request* r) {
   parked_.fetch_add(1, std::memory_order_relaxed);
 }
 
-// finish completes r once: unlinks it from its fd, queues the wake-up of its
-// thread (Note [Wake last]), drops the IO thread's reference unless a heap
-// entry still points here.
+// finish completes r once: unlinks it from its fd and from the timer heap,
+// queues the wake-up of its thread (Note [Wake last]), drops the IO
+// thread's reference.
 void IoManager::finish(Request* r, int outcome, bool wake) {
   if (r->done) return;
   r->done = true;
@@ -393,14 +395,14 @@ void IoManager::finish(Request* r, int outcome, bool wake) {
     r->prev = r->next = nullptr;
     r->entry = nullptr;
   }
-  if (r->in_heap) ++stale_;
+  if (r->heap_index != kNotInHeap) remove_timer(r);  // Note [Timer heap]
   if (wake) {
     // The queued wake-up's own reference.  relaxed: the IO thread already
     // holds one, so this only counts; release() is acq_rel.
     r->refs.fetch_add(1, std::memory_order_relaxed);
     wakes_.emplace_back(r, outcome);
   }
-  if (!r->in_heap) r->release();
+  r->release();  // the IO thread's reference
 }
 
 // flush_wakes wakes the threads finish() queued: the last thing each libuv

@@ -33,6 +33,8 @@ namespace capstan::rts::iomgr {
 struct Request;
 struct FdEntry;
 
+inline constexpr std::size_t kNotInHeap = ~std::size_t{0};
+
 enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, interrupt_fd, cancel, timeout };
 
 // How a request ended: the value put into its mvar.
@@ -61,7 +63,8 @@ struct Request {
   int fd = -1;
   std::int64_t deadline = -1;  // steady-clock ns; -1: none
   // Op::timeout: called on the IO thread when the deadline passes (and not
-  // at shutdown).  Nobody waits on box; the IO thread holds the only reference.
+  // at shutdown, nor once cancelled).  Nobody waits on box; the holder of
+  // the TimerRef owns the second reference (Note [Cancelling a timer]).
   void (*on_expire)(void* arg, std::uint64_t token) noexcept = nullptr;
   void* arg = nullptr;
   std::uint64_t token = 0;
@@ -71,7 +74,10 @@ struct Request {
 
   // The IO thread's: never touched by the green thread.
   bool done = false;     // completed or cancelled (Note [No lost wake-ups] 2)
-  bool in_heap = false;  // a timer-heap entry points here
+  // Its slot in IoManager::heap_, kNotInHeap if none (Note [Timer heap]);
+  // seq: arrival order, breaking ties between equal deadlines.
+  std::size_t heap_index = kNotInHeap;
+  std::uint64_t seq = 0;
   bool counted = false;  // counted in IoManager::parked_
   Request* prev = nullptr;  // FdEntry waiter list
   Request* next = nullptr;
@@ -98,16 +104,6 @@ struct FdEntry {
   bool sticky = false;
   Request* readers = nullptr;
   Request* writers = nullptr;
-};
-
-struct TimerEntry {
-  std::int64_t deadline;
-  std::uint64_t seq;
-  Request* req;
-  // std::*_heap build a max-heap: "less" means "later".
-  bool operator<(const TimerEntry& o) const {
-    return deadline != o.deadline ? deadline > o.deadline : seq > o.seq;
-  }
 };
 
 class IoManager {
@@ -138,6 +134,7 @@ class IoManager {
   void free_reserved(int slot) noexcept;
 
   std::size_t parked() const { return parked_.load(std::memory_order_acquire); }
+  std::size_t timers() const { return timers_.load(std::memory_order_relaxed); }
 
   void shutdown() noexcept;
 
@@ -161,6 +158,13 @@ class IoManager {
   void count_parked(Request* r);
   // timers.cpp
   void add_timer(Request* r);
+  void remove_timer(Request* r);  // r in the heap: O(log n)
+  void sift_up(std::size_t i);
+  void sift_down(std::size_t i);
+  void place(std::size_t i, Request* r) {
+    heap_[i] = r;
+    r->heap_index = i;
+  }
   void expire_timers();
   void rearm_timer();
   void drop_timers();
@@ -201,10 +205,11 @@ class IoManager {
   // Sleeps, timeouts and fd waits the IO thread holds and has not finished
   // (written by the IO thread, read by io_parked()).
   std::atomic<std::size_t> parked_{0};
+  // heap_.size(), for io_timers() (written by the IO thread, read by anyone).
+  std::atomic<std::size_t> timers_{0};
 
   // The IO thread's only.
-  std::vector<TimerEntry> heap_;  // Note [Timer heap]
-  std::size_t stale_ = 0;         // done entries still in heap_
+  std::vector<Request*> heap_;  // Note [Timer heap]: a min-heap on (deadline, seq)
   std::uint64_t seq_ = 0;
   std::int64_t armed_for_ = -1;   // deadline timer_ is armed for; -1: stopped
   std::unordered_map<int, FdEntry*> fds_;
