@@ -93,7 +93,16 @@ void arm_timeouts(Thread* cur) {
     link_armed(cur, f);
     cur->wait_lock.unlock();
     std::int64_t left = f->deadline_ns - now;
-    f->timer = io_add_timeout(left > 0 ? left : 1, &expire, cur, f->token).req;
+    try {
+      f->timer = io_add_timeout(left > 0 ? left : 1, &expire, cur, f->token).req;
+    } catch (...) {  // no IO manager, or no memory: the frame stays unarmed
+      cur->wait_lock.lock();
+      unlink_armed(cur, f);
+      cur->wait_lock.unlock();
+      f->armed = false;
+      ++cur->unarmed_timeouts;
+      throw;
+    }
   }
 }
 
