@@ -77,9 +77,11 @@
 //     returns at once; if the take comes first the put serves the parked
 //     taker and wakes it (Note [Waking after unlock]).  The mvar's lock
 //     orders everything the IO thread wrote (err) before the take returns.
-//  3. Cancellation.  A green thread killed at shutdown (thread_killed out of
-//     the take) pushes the request's own cancel message, which carries its
-//     reference (Note [Requests are shared]).  If the request completed
+//  3. Cancellation.  A green thread whose wait is ended by an exception
+//     (thread_killed out of the take, at shutdown or from kill_thread), or
+//     the holder of a timer that is no longer wanted (Note [Cancelling a
+//     timer] in timers.cpp), pushes the request's own cancel message, which
+//     carries its reference (Note [Requests are shared]).  If the request completed
 //     first, the cancel is a no-op; otherwise it stops the timer/poll.
 //     Each of the two messages is pushed at most once, so the intrusive
 //     `next` links never alias.

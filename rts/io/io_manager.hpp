@@ -26,8 +26,9 @@ struct [[nodiscard]] TimerRef {
 };
 
 // io_add_timeout calls on_expire(arg, token) on the IO thread once `ns`
-// have passed (never early, never at shutdown, never once cancelled).  A
-// cancel may come too late (the expiry was already under way), so
+// have passed (never early, never at shutdown, never once the IO thread
+// has handled its cancel).  A cancel may come too late (the expiry was
+// already under way), so
 // on_expire must check that it is still wanted: mvar timeouts use the
 // waiting thread's timed_seq (Note [Timed takes] in rts/mvar/mvar_core.cpp).
 // Green threads only.

@@ -10,7 +10,7 @@
 // with mvar::try_put.  The Notes are next to the code they describe:
 // io_manager.cpp (Note [One IO thread], [No lost wake-ups], [Requests are
 // shared], [Wake last], [Pushing from any thread]), timers.cpp (Note [Timer
-// heap]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
+// heap], [Cancelling a timer]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
 #pragma once
 
 #include <uv.h>
