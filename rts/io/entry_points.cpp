@@ -70,6 +70,7 @@ bool push_fd_message(Op kind, int fd) noexcept {
 TimerRef io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept,
                         void* arg, std::uint64_t token) {
   io.ensure_started();
+  io.throttle();  // Note [Cancelling a timer], backpressure
   Request* r = new_request(Op::timeout);  // two references: Note [Cancelling a timer]
   r->deadline = deadline_after(ns);
   r->on_expire = on_expire;
@@ -164,6 +165,8 @@ void io_shutdown() noexcept { io.shutdown(); }
 std::size_t io_parked() noexcept { return io.parked(); }
 
 std::size_t io_timers() noexcept { return io.timers(); }
+
+std::size_t io_queued() noexcept { return io.queued(); }
 
 bool io_on_green_thread() noexcept { return green_task() != nullptr; }
 

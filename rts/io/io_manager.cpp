@@ -153,6 +153,20 @@
 // given back by release() (a release store); with every slot in use the
 // pusher yields until the IO thread, which never waits for a pusher,
 // returns one.
+//
+// Note [Messages in flight]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Deadlock detection (rts/exception/deadlock.cpp) must not mistake a
+// thread whose sleep or timed wait is still on its way to the IO thread
+// for a thread nothing can wake.  parked_ counts only what the IO thread
+// has handled, and the IO thread may lag far behind a thread that starts
+// and cancels timers quickly (millions of messages, longer than the
+// detector's two ticks).  So push() counts every message in queued_
+// before pushing it, and drain() subtracts the messages it took only after
+// handling them, so after count_parked().  A reader that loads queued_ and
+// then parked_ (all seq_cst) and finds both zero has seen every request
+// that was pushed: if queued_ was already decremented for it, its
+// parked_ increment came before, and only finish() undoes that.
 #include "io/io_thread.hpp"
 
 #include <unistd.h>
@@ -334,11 +348,15 @@ void IoManager::drain() {
   // take_all_fifo: the acquire exchange pairs with push's release; arrival
   // order puts a submit before its cancel, an interrupt before its close.
   Msg* m = queue_.take_all_fifo();
+  std::size_t handled = 0;
   while (m) {
     Msg* n = m->next;  // handle() may free m's request
     handle(m);
     m = n;
+    ++handled;
   }
+  // After handle() counted the new requests in parked_: Note [Messages in flight].
+  if (handled != 0) queued_.fetch_sub(handled, std::memory_order_seq_cst);
   rearm_timer();
 }
 

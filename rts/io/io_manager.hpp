@@ -92,6 +92,11 @@ void io_shutdown() noexcept;
 // that a thread is parked in the IO manager.
 std::size_t io_parked() noexcept;
 
+// io_queued is the number of messages pushed to the IO thread and not yet
+// handled (Note [Messages in flight] in io/io_manager.cpp): read it before
+// io_parked, and a request is in one count or the other.
+std::size_t io_queued() noexcept;
+
 // io_timers is the number of timers (sleeps, fd-wait and mvar time-outs,
 // timeout() frames) in the IO thread's heap: tests check that cancelled
 // timers leave it (Note [Timer heap]).  A relaxed count: exact once the IO

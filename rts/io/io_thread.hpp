@@ -119,7 +119,19 @@ class IoManager {
   // From a green thread after ensure_started, or from any thread inside
   // enter_gate/leave_gate (Note [Pushing from any thread]).
   void push(Msg* m) noexcept {
+    // seq_cst: deadlock detection reads queued_ and then parked_ (Note
+    // [Messages in flight] in io_manager.cpp).
+    queued_.fetch_add(1, std::memory_order_seq_cst);
     if (queue_.push(m)) uv_async_send(&async_);
+  }
+
+  // throttle makes a thread that starts timers wait (yielding its OS
+  // thread) while more than kMaxQueued messages are in flight: Note
+  // [Cancelling a timer], backpressure.
+  static constexpr std::size_t kMaxQueued = 16384;
+  void throttle() noexcept {
+    while (queued_.load(std::memory_order_relaxed) > kMaxQueued) [[unlikely]]
+      std::this_thread::yield();
   }
 
   // enter_gate admits a push from any thread: false once shutdown has
@@ -135,6 +147,7 @@ class IoManager {
 
   std::size_t parked() const { return parked_.load(std::memory_order_acquire); }
   std::size_t timers() const { return timers_.load(std::memory_order_relaxed); }
+  std::size_t queued() const { return queued_.load(std::memory_order_seq_cst); }
 
   void shutdown() noexcept;
 
@@ -205,6 +218,8 @@ class IoManager {
   // Sleeps, timeouts and fd waits the IO thread holds and has not finished
   // (written by the IO thread, read by io_parked()).
   std::atomic<std::size_t> parked_{0};
+  // Messages pushed and not yet handled: Note [Messages in flight].
+  std::atomic<std::size_t> queued_{0};
   // heap_.size(), for io_timers() (written by the IO thread, read by anyone).
   std::atomic<std::size_t> timers_{0};
 

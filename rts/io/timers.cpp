@@ -55,6 +55,17 @@
 // uv_async_send (an eventfd write), paid only by a wait that parked.  A
 // timeout() whose function does not block registers nothing at all (Note
 // [Timeouts]), which is what keeps that case at a few nanoseconds.
+// Backpressure: the IO thread handles each timer twice (its submit and
+// its cancel) and, on two cores shared with the capabilities, can fall far
+// behind a thread that starts and cancels timers every 200 ns; the queue
+// then holds the memory the heap no longer does (200 MB after 5 M rounds
+// in timers_test before this was added).  So io_add_timeout waits,
+// yielding its OS thread, while more than kMaxQueued (16 k) messages are
+// in flight (queued_, Note [Messages in flight] in io_manager.cpp): at
+// most a few MB of requests wait.  The IO thread never waits for a green
+// thread, so the wait ends.  Only starting a timer waits: a cancel is
+// noexcept and may run while unwinding, and each start is followed by at
+// most one cancel.
 // Rejected alternatives:
 //  * Marking cancelled entries and letting them drain from the top (or
 //    rebuilding when they dominate): memory grows with the timers started
