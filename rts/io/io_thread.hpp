@@ -126,13 +126,14 @@ class IoManager {
   }
 
   // throttle makes a thread that starts timers wait (yielding its OS
-  // thread) while more than kMaxQueued messages are in flight: Note
-  // [Cancelling a timer], backpressure.
+  // thread) while more than kMaxQueued messages are in flight, for at most
+  // kMaxThrottleNs: Note [Cancelling a timer], backpressure.
   static constexpr std::size_t kMaxQueued = 16384;
+  static constexpr std::int64_t kMaxThrottleNs = 2'000'000;
   void throttle() noexcept {
-    while (queued_.load(std::memory_order_relaxed) > kMaxQueued) [[unlikely]]
-      std::this_thread::yield();
+    if (queued_.load(std::memory_order_relaxed) > kMaxQueued) [[unlikely]] throttle_slow();
   }
+  void throttle_slow() noexcept;  // timers.cpp
 
   // enter_gate admits a push from any thread: false once shutdown has
   // begun, or before start.  A true return must be followed by leave_gate.

@@ -61,11 +61,14 @@
 // then holds the memory the heap no longer does (200 MB after 5 M rounds
 // in timers_test before this was added).  So io_add_timeout waits,
 // yielding its OS thread, while more than kMaxQueued (16 k) messages are
-// in flight (queued_, Note [Messages in flight] in io_manager.cpp): at
-// most a few MB of requests wait.  The IO thread never waits for a green
-// thread, so the wait ends.  Only starting a timer waits: a cancel is
-// noexcept and may run while unwinding, and each start is followed by at
-// most one cancel.
+// in flight (queued_, Note [Messages in flight] in io_manager.cpp): a few
+// MB of requests wait at most.  The wait is bounded (kMaxThrottleNs, 2 ms)
+// because the starter may hold an mvar's lock (park_timed and
+// arm_timeouts register under it) that an expiry on the IO thread is
+// spinning to get (Note [Timed takes]): an unbounded wait would be a
+// deadlock; a bounded one lets the expiry through after it.  Only starting
+// a timer waits: a cancel is noexcept and may run while unwinding, and
+// each start is followed by at most one cancel.
 // Rejected alternatives:
 //  * Marking cancelled entries and letting them drain from the top (or
 //    rebuilding when they dominate): memory grows with the timers started
@@ -83,6 +86,7 @@
 //    The next step if registration, not the park, dominates a timed wait.
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 
 #include "primitives/clock.hpp"
 #include "io/io_thread.hpp"
@@ -121,6 +125,12 @@ void IoManager::sift_down(std::size_t i) {
     i = c;
   }
   place(i, r);
+}
+
+void IoManager::throttle_slow() noexcept {
+  std::int64_t give_up = now_ns() + kMaxThrottleNs;  // Note [Cancelling a timer]
+  while (queued_.load(std::memory_order_relaxed) > kMaxQueued && now_ns() < give_up)
+    std::this_thread::yield();
 }
 
 void IoManager::add_timer(Request* r) {
