@@ -8,7 +8,8 @@
 // GC, so capstan asks a simpler question: can *anything* wake *any*
 // thread?  A thread can be woken only by another green thread (none runs:
 // every capability is idle with an empty inbox), by the IO manager (a
-// sleep, fd wait or timer pending: io_parked), by a thread returning from
+// sleep, fd wait or timer pending, or a message on its way to it:
+// io_parked, io_queued), by a thread returning from
 // a safe call, by an in-call, or by an OS thread the runtime does not know
 // (a std::thread holding a reference to an mvar may try_put into it at any
 // time).  If none of them exists, the run can make no progress: every
@@ -66,7 +67,8 @@ bool quiet() {
   for (Capability* c : rt.caps)
     if (c->inbox.nonempty_seq_cst() || c->hold.load(std::memory_order_seq_cst) == Hold::free)
       return false;  // work queued, or a capability in a safe call / changing hands
-  if (io_parked() != 0) return false;
+  // queued first: Note [Messages in flight] in io/io_manager.cpp.
+  if (io_queued() != 0 || io_parked() != 0) return false;
   if (process.incalls.load(std::memory_order_seq_cst) != 0) return false;
   std::lock_guard<std::mutex> g(rt.tasks_mu);
   for (auto& task : rt.tasks)

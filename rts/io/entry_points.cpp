@@ -67,17 +67,24 @@ bool push_fd_message(Op kind, int fd) noexcept {
 
 }  // namespace
 
-void io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept, void* arg,
-                    std::uint64_t token) {
+TimerRef io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept,
+                        void* arg, std::uint64_t token) {
   io.ensure_started();
-  Request* r = new_request(Op::timeout);
-  r->refs.store(1, std::memory_order_relaxed);  // the IO thread's only
+  io.throttle();  // Note [Cancelling a timer], backpressure
+  Request* r = new_request(Op::timeout);  // two references: Note [Cancelling a timer]
   r->deadline = deadline_after(ns);
   r->on_expire = on_expire;
   r->arg = arg;
   r->token = token;
   io.push(&r->submit);
+  return TimerRef{r};
 }
+
+void io_cancel_timeout(TimerRef t) noexcept {
+  io.push(&static_cast<Request*>(t.req)->cancel);  // carries our reference
+}
+
+void io_forget_timeout(TimerRef t) noexcept { static_cast<Request*>(t.req)->release(); }
 
 void io_sleep(long long ns) {
   require_green_thread("capstan::sleep_for");
@@ -156,6 +163,10 @@ void io_start() { io.ensure_started(); }
 void io_shutdown() noexcept { io.shutdown(); }
 
 std::size_t io_parked() noexcept { return io.parked(); }
+
+std::size_t io_timers() noexcept { return io.timers(); }
+
+std::size_t io_queued() noexcept { return io.queued(); }
 
 bool io_on_green_thread() noexcept { return green_task() != nullptr; }
 

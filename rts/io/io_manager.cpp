@@ -77,9 +77,11 @@
 //     returns at once; if the take comes first the put serves the parked
 //     taker and wakes it (Note [Waking after unlock]).  The mvar's lock
 //     orders everything the IO thread wrote (err) before the take returns.
-//  3. Cancellation.  A green thread killed at shutdown (thread_killed out of
-//     the take) pushes the request's own cancel message, which carries its
-//     reference (Note [Requests are shared]).  If the request completed
+//  3. Cancellation.  A green thread whose wait is ended by an exception
+//     (thread_killed out of the take, at shutdown or from kill_thread), or
+//     the holder of a timer that is no longer wanted (Note [Cancelling a
+//     timer] in timers.cpp), pushes the request's own cancel message, which
+//     carries its reference (Note [Requests are shared]).  If the request completed
 //     first, the cancel is a no-op; otherwise it stops the timer/poll.
 //     Each of the two messages is pushed at most once, so the intrusive
 //     `next` links never alias.
@@ -87,9 +89,8 @@
 // Note [Requests are shared]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A Request is created with two references: the green thread's and the IO
-// thread's.  The IO thread drops its own when the request is done *and* out
-// of the timer heap (in_heap), so a lazily deleted heap entry never points
-// at freed memory.  The green thread drops its reference after its take
+// thread's.  The IO thread drops its own when the request is done (finish()
+// has also taken it out of the timer heap).  The green thread drops its reference after its take
 // returns, or hands it to the IO thread with the cancel message when it
 // unwinds; whichever side drops last deletes the request and its mvar.  So
 // a killed thread leaves no dangling pointer in the IO thread, and the IO
@@ -152,6 +153,20 @@
 // given back by release() (a release store); with every slot in use the
 // pusher yields until the IO thread, which never waits for a pusher,
 // returns one.
+//
+// Note [Messages in flight]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Deadlock detection (rts/exception/deadlock.cpp) must not mistake a
+// thread whose sleep or timed wait is still on its way to the IO thread
+// for a thread nothing can wake.  parked_ counts only what the IO thread
+// has handled, and the IO thread may lag far behind a thread that starts
+// and cancels timers quickly (millions of messages, longer than the
+// detector's two ticks).  So push() counts every message in queued_
+// before pushing it, and drain() subtracts the messages it took only after
+// handling them, so after count_parked().  A reader that loads queued_ and
+// then parked_ (all seq_cst) and finds both zero has seen every request
+// that was pushed: if queued_ was already decremented for it, its
+// parked_ increment came before, and only finish() undoes that.
 #include "io/io_thread.hpp"
 
 #include <unistd.h>
@@ -275,7 +290,8 @@ Request* IoManager::new_fd_request(Op kind, int fd) noexcept {
       }
       if (i == kReserve - 1) std::this_thread::yield();
     }
-    r->done = r->in_heap = r->counted = false;
+    r->done = r->counted = false;
+    r->heap_index = kNotInHeap;
     r->prev = r->next = nullptr;
     r->entry = nullptr;
     r->err = 0;
@@ -332,11 +348,15 @@ void IoManager::drain() {
   // take_all_fifo: the acquire exchange pairs with push's release; arrival
   // order puts a submit before its cancel, an interrupt before its close.
   Msg* m = queue_.take_all_fifo();
+  std::size_t handled = 0;
   while (m) {
     Msg* n = m->next;  // handle() may free m's request
     handle(m);
     m = n;
+    ++handled;
   }
+  // After handle() counted the new requests in parked_: Note [Messages in flight].
+  if (handled != 0) queued_.fetch_sub(handled, std::memory_order_seq_cst);
   rearm_timer();
 }
 
@@ -361,8 +381,10 @@ void IoManager::handle(Msg* m) {
       do_interrupt(r);
       break;
     case Op::cancel:
+      // A killed sleeper or fd waiter, or io_cancel_timeout: a no-op if r
+      // fired first (Note [Cancelling a timer]).
       finish_and_update(r, kReady, /*wake=*/false);  // nobody takes any more
-      r->release();  // the green thread's reference, carried by the message
+      r->release();  // the holder's reference, carried by the message
       break;
   }
 }
@@ -376,9 +398,9 @@ void IoManager::count_parked(Request* r) {
   parked_.fetch_add(1, std::memory_order_relaxed);
 }
 
-// finish completes r once: unlinks it from its fd, queues the wake-up of its
-// thread (Note [Wake last]), drops the IO thread's reference unless a heap
-// entry still points here.
+// finish completes r once: unlinks it from its fd and from the timer heap,
+// queues the wake-up of its thread (Note [Wake last]), drops the IO
+// thread's reference.
 void IoManager::finish(Request* r, int outcome, bool wake) {
   if (r->done) return;
   r->done = true;
@@ -393,14 +415,14 @@ void IoManager::finish(Request* r, int outcome, bool wake) {
     r->prev = r->next = nullptr;
     r->entry = nullptr;
   }
-  if (r->in_heap) ++stale_;
+  if (r->heap_index != kNotInHeap) remove_timer(r);  // Note [Timer heap]
   if (wake) {
     // The queued wake-up's own reference.  relaxed: the IO thread already
     // holds one, so this only counts; release() is acq_rel.
     r->refs.fetch_add(1, std::memory_order_relaxed);
     wakes_.emplace_back(r, outcome);
   }
-  if (!r->in_heap) r->release();
+  r->release();  // the IO thread's reference
 }
 
 // flush_wakes wakes the threads finish() queued: the last thing each libuv

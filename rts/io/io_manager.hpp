@@ -16,14 +16,34 @@ namespace capstan::rts {
 
 // io_sleep parks the calling green thread for at least ns nanoseconds
 // (ns > 0).  Throws usage_error off a green thread, thread_killed at shutdown.
-// io_add_timeout calls on_expire(arg, token) on the IO thread once `ns`
-// have passed (never at shutdown, never early); it cannot be cancelled, so
-// on_expire must check that it is still wanted (mvar timeouts use the
-// waiting thread's timed_seq: Note [Timed takes] in rts/mvar/mvar_core.cpp).
-void io_add_timeout(long long ns, void (*on_expire)(void*, std::uint64_t) noexcept, void* arg,
-                    std::uint64_t token);
-
 void io_sleep(long long ns);
+
+// TimerRef: a timer of io_add_timeout; its holder gives it back exactly
+// once, with io_cancel_timeout or io_forget_timeout (Note [Cancelling a
+// timer] in io/timers.cpp).
+struct [[nodiscard]] TimerRef {
+  void* req = nullptr;
+};
+
+// io_add_timeout calls on_expire(arg, token) on the IO thread once `ns`
+// have passed (never early, never at shutdown, never once the IO thread
+// has handled its cancel).  A cancel may come too late (the expiry was
+// already under way), so
+// on_expire must check that it is still wanted: mvar timeouts use the
+// waiting thread's timed_seq (Note [Timed takes] in rts/mvar/mvar_core.cpp).
+// Green threads only.
+[[nodiscard]] TimerRef io_add_timeout(long long ns,
+                                      void (*on_expire)(void*, std::uint64_t) noexcept,
+                                      void* arg, std::uint64_t token);
+
+// io_cancel_timeout stops t unless it fired already and gives t back; the
+// IO thread frees it at its next wake-up, which this call causes.  Green
+// threads only (the IO manager is running).
+void io_cancel_timeout(TimerRef t) noexcept;
+
+// io_forget_timeout gives back t, which the caller knows has fired (its
+// on_expire ran or is running): no message to the IO thread.
+void io_forget_timeout(TimerRef t) noexcept;
 
 // io_wait_fd parks the calling green thread until fd is readable (writable
 // if `writable`), or at EOF/error; timeout_ns < 0 waits without a
@@ -71,6 +91,18 @@ void io_shutdown() noexcept;
 // thread has registered and not yet finished: a test waits on it to know
 // that a thread is parked in the IO manager.
 std::size_t io_parked() noexcept;
+
+// io_queued is the number of messages pushed to the IO thread and not yet
+// handled (Note [Messages in flight] in io/io_manager.cpp): read it before
+// io_parked, and a request is in one count or the other.
+std::size_t io_queued() noexcept;
+
+// io_timers is the number of timers (sleeps, fd-wait and mvar time-outs,
+// timeout() frames) in the IO thread's heap: tests check that cancelled
+// timers leave it (Note [Timer heap]).  A relaxed count: exact once the IO
+// thread has handled every message pushed before the call (for instance
+// after a sleep of the caller's returned).
+std::size_t io_timers() noexcept;
 
 // For capstan::net (lib/net.cpp), which sees no scheduler internals:
 // io_on_green_thread: is the caller running a green thread?

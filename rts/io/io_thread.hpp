@@ -10,7 +10,7 @@
 // with mvar::try_put.  The Notes are next to the code they describe:
 // io_manager.cpp (Note [One IO thread], [No lost wake-ups], [Requests are
 // shared], [Wake last], [Pushing from any thread]), timers.cpp (Note [Timer
-// heap]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
+// heap], [Cancelling a timer]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
 #pragma once
 
 #include <uv.h>
@@ -32,6 +32,8 @@ namespace capstan::rts::iomgr {
 
 struct Request;
 struct FdEntry;
+
+inline constexpr std::size_t kNotInHeap = ~std::size_t{0};
 
 enum class Op : std::uint8_t { sleep, wait_fd, close_fd, close_fd_nowait, interrupt_fd, cancel, timeout };
 
@@ -61,7 +63,8 @@ struct Request {
   int fd = -1;
   std::int64_t deadline = -1;  // steady-clock ns; -1: none
   // Op::timeout: called on the IO thread when the deadline passes (and not
-  // at shutdown).  Nobody waits on box; the IO thread holds the only reference.
+  // at shutdown, nor once cancelled).  Nobody waits on box; the holder of
+  // the TimerRef owns the second reference (Note [Cancelling a timer]).
   void (*on_expire)(void* arg, std::uint64_t token) noexcept = nullptr;
   void* arg = nullptr;
   std::uint64_t token = 0;
@@ -71,7 +74,10 @@ struct Request {
 
   // The IO thread's: never touched by the green thread.
   bool done = false;     // completed or cancelled (Note [No lost wake-ups] 2)
-  bool in_heap = false;  // a timer-heap entry points here
+  // Its slot in IoManager::heap_, kNotInHeap if none (Note [Timer heap]);
+  // seq: arrival order, breaking ties between equal deadlines.
+  std::size_t heap_index = kNotInHeap;
+  std::uint64_t seq = 0;
   bool counted = false;  // counted in IoManager::parked_
   Request* prev = nullptr;  // FdEntry waiter list
   Request* next = nullptr;
@@ -100,16 +106,6 @@ struct FdEntry {
   Request* writers = nullptr;
 };
 
-struct TimerEntry {
-  std::int64_t deadline;
-  std::uint64_t seq;
-  Request* req;
-  // std::*_heap build a max-heap: "less" means "later".
-  bool operator<(const TimerEntry& o) const {
-    return deadline != o.deadline ? deadline > o.deadline : seq > o.seq;
-  }
-};
-
 class IoManager {
  public:
   // ensure_started starts the IO thread on first use in a run (green
@@ -123,8 +119,21 @@ class IoManager {
   // From a green thread after ensure_started, or from any thread inside
   // enter_gate/leave_gate (Note [Pushing from any thread]).
   void push(Msg* m) noexcept {
+    // seq_cst: deadlock detection reads queued_ and then parked_ (Note
+    // [Messages in flight] in io_manager.cpp).
+    queued_.fetch_add(1, std::memory_order_seq_cst);
     if (queue_.push(m)) uv_async_send(&async_);
   }
+
+  // throttle makes a thread that starts timers wait (yielding its OS
+  // thread) while more than kMaxQueued messages are in flight, for at most
+  // kMaxThrottleNs: Note [Cancelling a timer], backpressure.
+  static constexpr std::size_t kMaxQueued = 16384;
+  static constexpr std::int64_t kMaxThrottleNs = 2'000'000;
+  void throttle() noexcept {
+    if (queued_.load(std::memory_order_relaxed) > kMaxQueued) [[unlikely]] throttle_slow();
+  }
+  void throttle_slow() noexcept;  // timers.cpp
 
   // enter_gate admits a push from any thread: false once shutdown has
   // begun, or before start.  A true return must be followed by leave_gate.
@@ -138,6 +147,8 @@ class IoManager {
   void free_reserved(int slot) noexcept;
 
   std::size_t parked() const { return parked_.load(std::memory_order_acquire); }
+  std::size_t timers() const { return timers_.load(std::memory_order_relaxed); }
+  std::size_t queued() const { return queued_.load(std::memory_order_seq_cst); }
 
   void shutdown() noexcept;
 
@@ -161,6 +172,13 @@ class IoManager {
   void count_parked(Request* r);
   // timers.cpp
   void add_timer(Request* r);
+  void remove_timer(Request* r);  // r in the heap: O(log n)
+  void sift_up(std::size_t i);
+  void sift_down(std::size_t i);
+  void place(std::size_t i, Request* r) {
+    heap_[i] = r;
+    r->heap_index = i;
+  }
   void expire_timers();
   void rearm_timer();
   void drop_timers();
@@ -201,10 +219,13 @@ class IoManager {
   // Sleeps, timeouts and fd waits the IO thread holds and has not finished
   // (written by the IO thread, read by io_parked()).
   std::atomic<std::size_t> parked_{0};
+  // Messages pushed and not yet handled: Note [Messages in flight].
+  std::atomic<std::size_t> queued_{0};
+  // heap_.size(), for io_timers() (written by the IO thread, read by anyone).
+  std::atomic<std::size_t> timers_{0};
 
   // The IO thread's only.
-  std::vector<TimerEntry> heap_;  // Note [Timer heap]
-  std::size_t stale_ = 0;         // done entries still in heap_
+  std::vector<Request*> heap_;  // Note [Timer heap]: a min-heap on (deadline, seq)
   std::uint64_t seq_ = 0;
   std::int64_t armed_for_ = -1;   // deadline timer_ is armed for; -1: stopped
   std::unordered_map<int, FdEntry*> fds_;

@@ -23,10 +23,12 @@
 // The expiry (on the IO thread) and the pop (on the owner) meet under the
 // owner's wait_lock: an armed frame is on Thread::armed; the expiry
 // unlinks it and marks it fired and `firing` while it posts; the pop waits
-// out `firing`, unlinks a frame still armed (its timer then finds nothing:
-// tokens are never reused), and takes back a message not yet raised.  So a
-// time-out either raises exactly once inside the function or not at all,
-// and never after timeout() has returned.
+// out `firing`, unlinks a frame still armed and cancels its timer (one
+// whose expiry is already under way then finds nothing: tokens are never
+// reused; Note [Cancelling a timer] in timers.cpp), and takes back a
+// message not yet raised.  So a time-out either raises exactly once inside
+// the function or not at all, never after timeout() has returned, and an
+// armed frame's timer leaves the IO thread's heap when the frame ends.
 #include "io/timeouts.hpp"
 
 #include <exception>
@@ -91,7 +93,16 @@ void arm_timeouts(Thread* cur) {
     link_armed(cur, f);
     cur->wait_lock.unlock();
     std::int64_t left = f->deadline_ns - now;
-    io_add_timeout(left > 0 ? left : 1, &expire, cur, f->token);
+    try {
+      f->timer = io_add_timeout(left > 0 ? left : 1, &expire, cur, f->token).req;
+    } catch (...) {  // no IO manager, or no memory: the frame stays unarmed
+      cur->wait_lock.lock();
+      unlink_armed(cur, f);
+      cur->wait_lock.unlock();
+      f->armed = false;
+      ++cur->unarmed_timeouts;
+      throw;
+    }
   }
 }
 
@@ -135,6 +146,13 @@ void timeout_pop(timeout_frame& f) noexcept {
     if (f.armed && !f.fired) rts::unlink_armed(cur, &f);
     cur->wait_lock.unlock();
     break;
+  }
+  // Armed frames only fire from their timer (expire_due_timeouts skips
+  // them): fired means the expiry ran; otherwise the timer may still be
+  // pending and goes (Note [Cancelling a timer] in io/timers.cpp).
+  if (f.armed) {
+    if (f.fired) rts::io_forget_timeout(rts::TimerRef{f.timer});
+    else rts::io_cancel_timeout(rts::TimerRef{f.timer});
   }
   if (f.fired) rts::retract_throw(cur, &f.msg);  // a time-out that came too late
 }

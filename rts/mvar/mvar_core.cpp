@@ -120,8 +120,11 @@ void mvar_core::park(waiter& w) {
 // not yet parked; it cannot complete before the park's post-switch unlock,
 // so a very short time-out still finds a saved context.  Thread objects
 // are never freed while the runtime runs, and tokens are never reused, so
-// a stale timer is harmless.  Timers cannot be cancelled: a satisfied
-// take_for leaves its timer to fire and find nothing.
+// a stale timer is harmless.  A wait that ends otherwise cancels its timer
+// (so the IO thread's heap holds only live waits), but the cancel may come
+// after the expiry began: then the expiry finds timed_seq cleared, or
+// holding a later wait's token, and does nothing (Note [Cancelling a timer]
+// in io/timers.cpp).
 namespace {
 
 void expire_timed_take(void* arg, std::uint64_t token) noexcept {
@@ -165,12 +168,16 @@ bool mvar_core::park_timed(waiter& w, long long ns) {
   if (cur->unarmed_timeouts != 0) [[unlikely]] rts::arm_timeouts(cur);  // io/timeouts.hpp
   std::uint64_t token = ++cur->timed_next;
   publish_wait(*this, w, cur, token);  // under wait_lock: the timer reads it (Note [Timed takes])
-  rts::io_add_timeout(ns, &expire_timed_take, cur, token);
+  rts::TimerRef timer = rts::io_add_timeout(ns, &expire_timed_take, cur, token);
   rts::park_current(task, cur, &locked_);
   // Possibly on another OS thread now; cur is still us.
   cur->wait_lock.lock();
   cur->timed_seq = 0;
   cur->wait_lock.unlock();
+  // Only the timer sets timed_out; any other end cancels it, and a late
+  // expiry finds timed_seq changed (Note [Cancelling a timer] in io/timers.cpp).
+  if (w.outcome == waiter::timed_out) rts::io_forget_timeout(timer);
+  else rts::io_cancel_timeout(timer);
   after_wait(w, cur);
   return w.outcome == waiter::served;
 }

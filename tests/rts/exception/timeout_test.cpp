@@ -71,16 +71,23 @@ TEST_P(Timeout, Nested) {
   });
 }
 
-// A timeout that ended in time never fires later.
+// A timeout that ended in time never fires later, not even once its
+// deadline has passed.
 TEST_P(Timeout, NoLateTimeOut) {
   run([] {
+    // Each take is served by a thread forked just before it: no take comes
+    // near the limit, even under a sanitizer's slowdown on a loaded machine.
+    constexpr auto kLimit = 500ms;
     mvar<int> box;
+    Clock::time_point last_start = Clock::now();
     for (int i = 0; i < 200; ++i) {
-      fork_io([&] { box.put(i); });
-      EXPECT_EQ(timeout(5ms, [&] { return box.take(); }), std::optional<int>(i));
+      fork_io([&box, i] { box.put(i); });  // i by value: the loop moves on
+      last_start = Clock::now();
+      EXPECT_EQ(timeout(kLimit, [&] { return box.take(); }), std::optional<int>(i));
     }
-    // Anything still in flight would land in this sleep.
-    EXPECT_NO_THROW(sleep_for(20ms));
+    // Every deadline has passed by the end of this sleep: a time-out that
+    // outlived its timeout() would land in it.
+    EXPECT_NO_THROW(sleep_until(last_start + kLimit + 20ms));
   });
 }
 
