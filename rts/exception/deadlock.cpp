@@ -18,8 +18,9 @@
 // or throws as main does.
 // The ticker checks on each tick that finds every capability idle, and
 // acts only if the same quiet state (no context switch anywhere in
-// between) held one tick earlier too: a request on its way to the IO
-// thread, or a capability between two states, has settled by then.  At
+// between) held one tick earlier too: a capability between two states has
+// settled by then.  (A request on its way to the IO thread is counted by
+// io_queued until the IO thread has taken it, however far behind it is.)  At
 // the default 10 ms tick that is 10-20 ms after the last thread blocked.
 // The outside OS threads are counted in /proc/self/task: the runtime names
 // its own (capstan-task, capstan-tick, capstan-io), and the thread that
