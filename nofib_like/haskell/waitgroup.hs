@@ -14,7 +14,7 @@ import Text.Printf (printf)
 main :: IO ()
 main = do
   args <- getArgs
-  let n = case args of (a : _) -> read a; [] -> 100000
+  let n = case args of (a : _) -> read a :: Int; [] -> 100000
   caps <- getNumCapabilities
   left <- newIORef n
   done <- newEmptyMVar
