@@ -2,8 +2,9 @@
 -- threads003: 500 threads in a line, each taking a value from the MVar on
 -- its left and putting value + 1 into the one on its right; a pump feeds
 -- n values in, the body takes them out at the other end.
--- ns_per_hop = elapsed / (n * 500); base_ns = the same number of hops
--- through a line of one thread.  Check: every value came out + length.
+-- ns_per_hop = elapsed / (n * 500); base_ns = per hop through a line of
+-- one thread, 50 n values (at -N2 each of those hops costs GHC an OS
+-- wake-up, ~16 us: the full 500 n would take minutes).  Check: every value came out + length.
 -- Haskell twin of nofib_like/threads003.cpp.
 module Main (main) where
 
@@ -36,7 +37,7 @@ main = do
   caps <- getNumCapabilities
   r <- newEmptyMVar
   _ <- forkIO $ do a <- line n 500
-                   b <- line (n * 500) 1
+                   b <- line (n * 50) 1
                    putMVar r (a, b)
   ((ns, ok1), (base, ok2)) <- takeMVar r
   let ok = ok1 && ok2
