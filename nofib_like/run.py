@@ -306,11 +306,13 @@ def build_twin(bench, out_dir, dry_run=False):
     for s in [src] + c_srcs:
         if not s.exists():
             raise RunError(f"missing {s}")
+    # Shared modules (haskell/Unwind.hs, ...) are named with a capital.
+    shared = sorted(p for p in (HERE / "haskell").glob("*.hs") if p.name[0].isupper())
     if exe.exists() and all(exe.stat().st_mtime >= s.stat().st_mtime
-                            for s in [src] + c_srcs):
+                            for s in [src] + c_srcs + shared):
         return exe
     flags = GHC_FLAGS + list(bench.twin_flags) + (GHC_C_FLAGS if c_srcs else [])
-    cmd = ["ghc", *flags, "-outputdir", str(out_dir / f"{prog}.o.d"),
+    cmd = ["ghc", *flags, f"-i{HERE / 'haskell'}", "-outputdir", str(out_dir / f"{prog}.o.d"),
            "-o", str(exe), str(src), *map(str, c_srcs)]
     if dry_run:
         print(shlex.join(cmd))

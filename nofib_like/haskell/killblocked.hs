@@ -7,60 +7,18 @@
 module Main (main) where
 
 import Control.Concurrent
-import Control.Exception
-import Control.Monad
-import Data.IORef
-import GHC.Clock (getMonotonicTimeNSec)
-import GHC.Conc (ThreadStatus (..), threadStatus)
+import Control.Monad (when)
 import System.Environment (getArgs)
 import System.Exit
 import Text.Printf (printf)
 
-descend :: IORef Int -> Int -> IO () -> IO ()
-descend c k bottom
-  | k <= 1 = bottom `finally` bump c
-  | otherwise = descend c (k - 1) bottom `finally` bump c
-
-bump :: IORef Int -> IO ()
-bump c = atomicModifyIORef' c (\x -> (x + 1, ()))
-
-waitFor :: IORef Int -> Int -> IO ()
-waitFor r want = do
-  v <- readIORef r
-  when (v < want) (yield >> waitFor r want)
-
-waitBlocked :: ThreadId -> IO ()
-waitBlocked t = do
-  s <- threadStatus t
-  case s of
-    ThreadBlocked _ -> return ()
-    _ -> yield >> waitBlocked t
-
-floorNs :: Int -> Int -> IO Double
-floorNs frames reps = do
-  c <- newIORef 0
-  t0 <- getMonotonicTimeNSec
-  forM_ [1 .. reps] $ \_ ->
-    descend c frames (throwIO ThreadKilled) `catch` \e -> case e of
-      ThreadKilled -> return ()
-      _ -> throwIO e
-  t1 <- getMonotonicTimeNSec
-  return (fromIntegral (t1 - t0) / fromIntegral reps)
+import Unwind (floorNs, killBlocked)
 
 body :: Int -> Int -> IO (Double, Double, Bool)
 body n frames = do
-  c <- newIORef 0
-  tids <- forM [1 .. n] $ \_ -> do
-    m <- newEmptyMVar :: IO (MVar ())
-    forkIO (descend c frames (takeMVar m))
-  mapM_ waitBlocked tids
-  t0 <- getMonotonicTimeNSec
-  mapM_ killThread tids
-  waitFor c (n * frames)
-  t1 <- getMonotonicTimeNSec
+  (ns, ok) <- killBlocked n frames (const (newEmptyMVar >>= takeMVar :: IO ()))
   fl <- floorNs frames n
-  v <- readIORef c
-  return (fromIntegral (t1 - t0) / fromIntegral n, fl, v == n * frames)
+  return (ns, fl, ok)
 
 main :: IO ()
 main = do

@@ -11,14 +11,12 @@
 module Main (main) where
 
 import Control.Concurrent
-import Control.Exception
-import Control.Monad
-import Data.IORef
-import GHC.Clock (getMonotonicTimeNSec)
-import GHC.Conc (ThreadStatus (..), threadStatus)
+import Control.Monad (replicateM, when)
 import System.Environment (getArgs)
 import System.Exit
 import Text.Printf (printf)
+
+import Unwind (floorNs, killBlocked)
 
 name :: String
 name = "threads007"
@@ -29,56 +27,16 @@ kinds = 3
 defaultN :: Int
 defaultN = 20000
 
-descend :: IORef Int -> Int -> IO () -> IO ()
-descend c k bottom
-  | k <= 1 = bottom `finally` bump c
-  | otherwise = descend c (k - 1) bottom `finally` bump c
-
-bump :: IORef Int -> IO ()
-bump c = atomicModifyIORef' c (\x -> (x + 1, ()))
-
-waitFor :: IORef Int -> Int -> IO ()
-waitFor r want = do
-  v <- readIORef r
-  when (v < want) (yield >> waitFor r want)
-
-waitBlocked :: ThreadId -> IO ()
-waitBlocked t = do
-  s <- threadStatus t
-  case s of
-    ThreadBlocked _ -> return ()
-    _ -> yield >> waitBlocked t
-
-floorNs :: Int -> Int -> IO Double
-floorNs frames reps = do
-  c <- newIORef 0
-  t0 <- getMonotonicTimeNSec
-  forM_ [1 .. reps] $ \_ ->
-    descend c frames (throwIO ThreadKilled) `catch` \e -> case e of
-      ThreadKilled -> return ()
-      _ -> throwIO e
-  t1 <- getMonotonicTimeNSec
-  return (fromIntegral (t1 - t0) / fromIntegral reps)
-
 body :: Int -> Int -> IO (Double, Double, Bool)
 body n frames = do
   fl <- floorNs frames 100000
   chans <- replicateM 16 newChan :: IO [Chan ()]
-  c <- newIORef 0
-  tids <- forM [0 .. n - 1] $ \i -> do
-    m <- newEmptyMVar :: IO (MVar ())
-    let bottom = case i `mod` kinds of
-          0 -> takeMVar m
+  let bottom i = case i `mod` kinds of
+          0 -> newEmptyMVar >>= takeMVar :: IO ()
           1 -> threadDelay 3600000000
           _ -> readChan (chans !! (i `mod` 16))
-    forkIO (descend c frames bottom)
-  mapM_ waitBlocked tids
-  t0 <- getMonotonicTimeNSec
-  mapM_ killThread tids
-  waitFor c (n * frames)
-  t1 <- getMonotonicTimeNSec
-  v <- readIORef c
-  return (fromIntegral (t1 - t0) / fromIntegral n, fl, v == n * frames)
+  (ns, ok) <- killBlocked n frames bottom
+  return (ns, fl, ok)
 
 main :: IO ()
 main = do
