@@ -263,6 +263,13 @@ void put_near_deadline(int round) {
   while (std::chrono::steady_clock::now() < until) yield();
 }
 
+// Every eighth round the putter leaves the first mvar alone, so that a
+// time-out happens however the machine's load skews the race: either that
+// round's first wait expires, or it takes a value left over from a round
+// whose wait had already expired. A loaded machine once let every put of
+// a 60-round run beat its 1 ms deadline.
+bool skips_put(int round) { return round % 8 == 0; }
+
 // A take_for's put races its expiry; the next wait, a long take_for on
 // another mvar, must be ended only by its own put: an expiry that lost the
 // race to the cancel (it was under way when the wait ended) finds a
@@ -275,7 +282,7 @@ TEST_P(TimersConcurrency, LateExpiryNeverEndsALaterTakeFor) {
     fork_io([&] {
       for (int i = 1; i <= kRounds; ++i) {
         put_near_deadline(i);
-        if (first.try_put(i)) put_sum += i;
+        if (!skips_put(i) && first.try_put(i)) put_sum += i;
         second.put(i);
       }
       done.put(1);
@@ -307,7 +314,7 @@ TEST_P(TimersConcurrency, LateExpiryNeverEndsALaterTimeout) {
     fork_io([&] {
       for (int i = 1; i <= kRounds; ++i) {
         put_near_deadline(i);
-        if (first.try_put(i)) put_sum += i;
+        if (!skips_put(i) && first.try_put(i)) put_sum += i;
         second.put(i);
       }
       done.put(1);
