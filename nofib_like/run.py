@@ -103,6 +103,9 @@ BENCHMARKS = [
     Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread"),
     Benchmark("parked", (1_000_000,), (100_000,), "bytes_per_thread"),
     Benchmark("idle", (5,), (1,), "cpu_percent"),
+    # Short threads, ms the hog computes without a safe point: ms until the
+    # last short thread is done (alone_ms: the same threads, no hog).
+    Benchmark("hog", (200, 1000), (200, 100), "last_ms"),
     # n, threshold
     Benchmark("parfib", (32, 2), (25, 2), "ms", spark=True),
     Benchmark("parfib", (38, 20), (30, 12), "ms", spark=True),

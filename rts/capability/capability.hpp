@@ -36,6 +36,13 @@ enum class Hold : std::uint8_t {
   free,      // nobody holds it; whoever CASes free -> held owns it
 };
 
+// What an idle capability last saw of another (the watcher's side of Note
+// [Stealing from a stalled capability]).
+struct StallWatch {
+  std::uint64_t epoch = 0;     // its sched_epoch
+  std::int64_t since_ns = 0;   // when we first saw that epoch with threads waiting; 0 = not
+};
+
 struct alignas(64) Capability {
   unsigned no = 0;                 // [read-only while running]
 
@@ -49,6 +56,8 @@ struct alignas(64) Capability {
   std::int64_t long_queue_since_ns = 0;  // [owner] Note [Pushing work]: since when the run
                                          // queue has been long; 0 = it is not
   unsigned push_check_countdown = 0;  // [owner] reads the clock every few picks only
+  std::vector<StallWatch> stall_watch;  // [owner] per capability: Note [Stealing from a
+                                        // stalled capability] (schedule/steal.cpp)
   std::uint64_t next_id = 0;       // [owner] ids handed out in blocks
   std::uint64_t id_end = 0;        // [owner]
 
@@ -57,7 +66,7 @@ struct alignas(64) Capability {
   OwnerCounter threads_blocked_indefinitely, threads_died, async_raised;
   OwnerCounter context_switches, threads_pushed, threads_received, sleeps;
   OwnerCounter idle_ns, stacks_allocated, stacks_freed;
-  OwnerCounter sparks_converted, steal_attempts, steals;
+  OwnerCounter sparks_converted, steal_attempts, steals, threads_stolen;
 
   // --- shared with other capabilities --------------------------------------
   alignas(64) Inbox inbox;                     // [atomic] see inbox.hpp
@@ -70,7 +79,8 @@ struct alignas(64) Capability {
   // Sparks: see Note [Spark pools] in sparks/pool.cpp.
   alignas(64) detail::spark_pool sparks;       // [owner] (+ request: [atomic])
   std::atomic<detail::spark_base*> steal_box{nullptr};  // [atomic] a victim's answer to our request
-  std::atomic<bool> spark_wake{false};         // [atomic] woken to look for sparks
+  std::atomic<bool> spark_wake{false};         // [atomic] woken to look for sparks, or
+                                               // for a stalled capability (steal.cpp)
   std::uint64_t steal_seed = 0;                // [owner] victim order
   // A victim answers with up to kStealBatch sparks: the first in steal_box,
   // the rest here (written before steal_box's release store).
@@ -96,19 +106,8 @@ struct alignas(64) Capability {
 // the front: Note [Returning from a safe call] in foreign/safe_call.cpp.
 static inline void drain_inbox(Capability* cap) {
   if (!cap->inbox.maybe_nonempty()) return;
-  std::uint64_t n = 0;
-  for (Thread* t = cap->inbox.take_all(); t;) {
-    Thread* next = t->link;
-    if (t->returning) [[unlikely]] {
-      t->returning = false;
-      cap->run_queue.push_front(t);
-    } else {
-      cap->run_queue.push_back(t);
-    }
-    t = next;
-    ++n;
-  }
-  if (n) cap->threads_received.add(n);
+  if (std::size_t n = cap->run_queue.push_arrivals(cap->inbox.take_all()))
+    cap->threads_received.add(n);
 }
 
 // has_work: would `cap`'s holder find something to run?  Its run queue,

@@ -28,6 +28,7 @@
 #include "primitives/fault_injection.hpp"
 #include "primitives/parker.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/steal.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
 
@@ -67,6 +68,7 @@ void Ticker::loop() {
   };
   int idle_ticks = 0;
   unsigned slice_ticks = 0;
+  StallTicker stalls;
   while (!quit_.load(std::memory_order_seq_cst)) {
     futex_wait(&quit_, 0, &ts);  // sleep one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
@@ -84,6 +86,9 @@ void Ticker::loop() {
         }
       }
     }
+    // Note [Stealing from a stalled capability]: the backstop for a stall
+    // that began while every idle capability slept.
+    stalls.tick();
     // Note [Lazy release]: work that reached a free capability through the
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)

@@ -24,6 +24,8 @@
 // just as the runtime stopped would otherwise never leave.
 #include "schedule/idle.hpp"
 
+#include "schedule/steal.hpp"
+
 #include "primitives/clock.hpp"
 #include "primitives/parker.hpp"
 #include "primitives/spin.hpp"
@@ -73,11 +75,14 @@ void idle(Task* task, Capability* cap) {
   for (unsigned round = 0; !found; ++round) {
     // Spin for kSpinNs watching the inbox, answering steal requests, and
     // looking for sparks (asking another capability every 256 turns: each
-    // ask costs the victim a poll, so thieves back off).
+    // ask costs the victim a poll, so thieves back off) and for a stalled
+    // capability's threads (Note [Stealing from a stalled capability]).
     std::int64_t spin_start = now_ns();
+    StallLook look = StallLook::nothing;
     for (unsigned i = 0; !found; ++i) {
       if (inbox_or_stop(cap)) found = true;
       else if ((i & 255) == 0 && try_sparks(cap)) found = true;
+      else if ((i & 255) == 128 && (look = look_for_stalls(cap)) == StallLook::stole) found = true;
       else if ((i & 63) == 63 && now_ns() - spin_start > kSpinNs) break;
       else {
         poll_spark_requests(cap);
@@ -85,6 +90,8 @@ void idle(Task* task, Capability* cap) {
       }
     }
     if (found) break;
+    // A stall being judged ends within kStallNs: keep spinning until then.
+    if (look == StallLook::watching) continue;
     // Sparks elsewhere whose owner has not answered yet: keep trying for a
     // while (bounded: kSparkRounds spins), then sleep anyway; the ticker
     // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).

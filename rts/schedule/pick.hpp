@@ -35,10 +35,11 @@ static inline Thread* pick(Capability* cap) {
   if (rt.stop.load(std::memory_order_relaxed)) [[unlikely]] return nullptr;
   drain_inbox(cap);
   poll_spark_requests(cap);
-  Thread* t = cap->run_queue.pop_front();
-  if (cap->run_queue.empty()) {
+  std::size_t left;
+  Thread* t = cap->run_queue.pop_front(&left);
+  if (left == 0) {
     cap->long_queue_since_ns = 0;
-  } else if (cap->run_queue.size() >= kPushThreshold &&
+  } else if (left >= kPushThreshold &&
              rt.n_idle.load(std::memory_order_relaxed) != 0) [[unlikely]] {
     if (long_queue_wants_push(cap)) push_work(cap);
   }

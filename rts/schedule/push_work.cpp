@@ -26,6 +26,7 @@
 
 #include "primitives/clock.hpp"
 #include "schedule/pick.hpp"
+#include "schedule/steal.hpp"
 #include "task/handover.hpp"
 
 namespace capstan::rts {
@@ -50,6 +51,7 @@ void push_work(Capability* cap) {
   std::uint64_t moved = 0;
   for (std::size_t i = 0; i < k; ++i) {
     Thread* t = cap->run_queue.pop_front();
+    if (!t) break;  // a thief took the rest (Note [Stealing from a stalled capability])
     if (t->locked) {
       cap->run_queue.push_back(t);
       continue;
@@ -72,6 +74,9 @@ void push_work(Capability* cap) {
   std::int64_t now = now_ns();
   if (cap->long_queue_since_ns == 0) {
     cap->long_queue_since_ns = now;
+    // The thread we are about to run may never come back to a scheduling
+    // point: Note [Stealing from a stalled capability].
+    wake_watcher(cap);
     return false;
   }
   return now - cap->long_queue_since_ns >= kLongQueueNs;

@@ -5,6 +5,7 @@
 //   yield.cpp     yield, safe points, checkpoints   block.cpp     park, wake, migrate
 //   fork.cpp      start, entry, finish              idle.cpp      idle, sleep
 //   push_work.cpp spreading work to idle capabilities
+//   steal.cpp     idle capabilities rescuing a stalled one's threads
 //
 // Policy in one paragraph (GHC's Schedule.c, adapted):
 // Each capability runs the threads of its own run queue; other capabilities
@@ -15,7 +16,10 @@
 // An idle capability spins briefly, then sleeps on its Task's futex until
 // work arrives in its inbox (Note [Sleeping capabilities]).  Busy
 // capabilities push surplus threads to idle ones (Note [Pushing work]);
-// woken threads follow their waker (Note [Wake-up affinity]).
+// a capability that stops scheduling (a thread computing without a safe
+// point) has its waiting threads taken by idle ones (Note [Stealing from a
+// stalled capability]); woken threads follow their waker (Note [Wake-up
+// affinity]).
 //
 // Rejected alternatives:
 //  * Every switch through a scheduler stack (GHC's StgRun returns to
@@ -23,7 +27,10 @@
 //  * Work stealing of runnable threads with a Chase-Lev run queue: every
 //    owner pop then needs a store-load fence (~2.3 ns here), and stolen
 //    threads break producer/consumer pairs apart.  Pushing keeps the run
-//    queue owner-private and is measured in nofib_like (docs/benchmarks.md).
+//    queue free of locked instructions and is measured in nofib_like
+//    (docs/benchmarks.md); stealing is kept for the one case pushing
+//    cannot serve, a capability that no longer schedules, and its cost is
+//    put on the thief (an asymmetric hand-shake).
 //  * One global run queue: a lock on every hand-off.
 //
 // Note [Requeue front or back]
@@ -140,8 +147,7 @@ void switch_to_scheduler_capless(Task* task, Thread* cur) {
 
 void move_off_bound_task(Task* task, Thread* cur) {
   Capability* cap = task->cap;
-  cur->state = ThreadState::runnable;
-  cap->run_queue.push_front(cur);
+  requeue_running(task, cap, cur, true);  // bound, so never stolen; but uniform
   task->give_cap_to_spare = true;  // done by our scheduler context
   switch_to(task, cap, cur, nullptr, false);
 }

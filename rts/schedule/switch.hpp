@@ -60,6 +60,24 @@ static inline void after_switch(PostSwitch* p) {
   }
 }
 
+// requeue_running puts `cur`, which is still running on this OS thread,
+// back in cap's run queue (front or back) ahead of a switch away from it.
+// A thief must not take it until that switch has left its stack: the
+// landing side releases `leaving` (after_switch's unlock).  A caller that
+// then does not switch (pick gave `cur` back) calls stay_running.  Note
+// [Requeued while still running] in schedule/steal.cpp.
+static inline void requeue_running(Task* task, Capability* cap, Thread* cur, bool front) {
+  cur->state = ThreadState::runnable;
+  cur->leaving.store(true, std::memory_order_relaxed);
+  task->post.unlock = &cur->leaving;
+  if (front) cap->run_queue.push_front(cur); else cap->run_queue.push_back(cur);
+}
+static inline void stay_running(Task* task, Thread* cur) {
+  task->post.unlock = nullptr;
+  cur->leaving.store(false, std::memory_order_relaxed);
+  cur->state = ThreadState::running;
+}
+
 static inline void prepare_stack(Capability* cap, Thread* t) {
   t->stack_lo = cap->stacks.get();
   t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);

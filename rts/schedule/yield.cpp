@@ -60,8 +60,7 @@ void check_killed(Thread* t) {
   Capability* cap = task->cap;
   Thread* next = pick(cap);
   if (next || cap->bound_next) {
-    t->state = ThreadState::runnable;
-    cap->run_queue.push_back(t);
+    requeue_running(task, cap, t, false);
     switch_to(task, cap, t, next, false);
   }
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
@@ -80,8 +79,7 @@ void yield_current() {
   raise_pending(cur, false);
   Thread* next = pick(cap);
   if (!next && !cap->bound_next) return;  // nothing else to run: keep going
-  cur->state = ThreadState::runnable;
-  cap->run_queue.push_back(cur);
+  requeue_running(task, cap, cur, false);
   switch_to(task, cap, cur, next, false);
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
   raise_pending(cur, false);
@@ -102,13 +100,11 @@ void yield_point_slow() {
     // Note [Returning from a safe call]: the returner goes first, and we
     // keep our place right behind it.
     Thread* cur = cap->current;
-    cur->state = ThreadState::runnable;
     // Its timeslice may have expired too: then it goes to the back.
-    if (why & kTimesliceExpired) cap->run_queue.push_back(cur);
-    else cap->run_queue.push_front(cur);
+    requeue_running(task, cap, cur, !(why & kTimesliceExpired));
     Thread* next = pick(cap);
     if (next == cur) {
-      cur->state = ThreadState::running;
+      stay_running(task, cur);
       return;
     }
     switch_to(task, cap, cur, next, false);

@@ -48,6 +48,7 @@ runtime_statistics snapshot_statistics() {
     cs.context_switches = c->context_switches.get();
     cs.threads_pushed = c->threads_pushed.get();
     cs.threads_received = c->threads_received.get();
+    cs.threads_stolen = c->threads_stolen.get();
     cs.sleeps = c->sleeps.get();
     cs.steal_attempts = c->steal_attempts.get();
     cs.steals = c->steals.get();

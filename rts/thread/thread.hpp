@@ -92,6 +92,11 @@ struct Thread {
   // a thrower holding wait_lock trusts a Thread* only if live_id is the id
   // it was given ([atomic]; written under wait_lock once wait locks are on).
   std::atomic<std::uint64_t> live_id{0};
+  // Requeued while still running on its OS thread: true from just before
+  // the push until the switch away has saved its context (released on the
+  // landing side).  Thieves skip it: Note [Requeued while still running]
+  // in schedule/steal.cpp.
+  std::atomic<bool> leaving{false};
   std::atomic<bool> async_pending{false};  // [atomic] pending list non-empty (written under wait_lock)
   Mask mask = Mask::unmasked;       // [owner]; read by throwers under wait_lock while blocked
   ThrowMsg* pending_head = nullptr; // [lock: wait_lock] FIFO of exceptions thrown to us

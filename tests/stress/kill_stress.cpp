@@ -133,12 +133,13 @@ TEST_P(KillStress, ThrowersInterruptedWhileWaiting) {
   capstan::run(capstan_test::opts(GetParam().caps, std::chrono::microseconds(GetParam().slice_us)), [&] {
     for (int r = 0; r < kRounds; ++r) {
       std::atomic<int> landed{0}, thrower_state{0};  // 1: returned, 2: interrupted
-      std::atomic<bool> stop{false};
+      std::atomic<bool> stop{false}, masked{false};
       // A masked target: the throw waits until it unmasks.
       thread_id target = fork_io([&] {
         // The poke lands when the mask ends, or at the safe point after.
         try {
           mask([&] {
+            masked = true;
             while (!stop.load()) yield();
           });
           yield_point();
@@ -148,6 +149,11 @@ TEST_P(KillStress, ThrowersInterruptedWhileWaiting) {
           landed.fetch_add(1);
         }
       });
+      // Throw only once the target is inside its mask: at -N2 the thrower
+      // could otherwise run before the target has even started (an idle
+      // capability may take either of them), and a poke raised before the
+      // try would end the target, as in GHC, with an uncaught exception.
+      while (!masked.load()) yield();
       thread_id thrower = fork_io([&] {
         try {
           throw_to(target, poke{});

@@ -1,11 +1,21 @@
-// run_queue_test.cpp - the owner-private run-queue deque.
+// run_queue_test.cpp - the run-queue deque, and the hand-shake by which an
+// idle capability steals from it (Note [Stealing from a stalled
+// capability]).
 #include <gtest/gtest.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "capability/run_queue.hpp"
+#include "capstan_test.hpp"
 
 namespace {
 
@@ -62,6 +72,142 @@ TEST(RunQueue, MatchesAReferenceDequeUnderRandomOperations) {
       next = 0;
     }
   }
+}
+
+void membarrier_all() { syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
+bool membarrier_registered() {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+std::vector<Thread*> chain_to_vector(Thread* t) {
+  std::vector<Thread*> v;
+  for (; t; t = t->link) v.push_back(t);
+  return v;
+}
+
+// A steal takes half of the threads, rounded up, from the front, leaves
+// locked ones in place, and keeps the order of what it takes and of what
+// stays.
+TEST(RunQueue, StealTakesTheFrontHalfAndLeavesLockedThreads) {
+  std::vector<Thread> t(7);
+  t[1].locked = true;
+  t[4].locked = true;
+  RunQueue q;
+  for (auto& x : t) q.push_back(&x);
+  std::size_t n = 0;
+  Thread* got = q.steal_front([] {}, &n);  // single-threaded: no barrier needed
+  std::vector<Thread*> stolen = chain_to_vector(got);
+  ASSERT_EQ(n, 4u);  // (7 + 1) / 2
+  EXPECT_EQ(stolen, (std::vector<Thread*>{&t[0], &t[2], &t[3], &t[5]}));
+  EXPECT_EQ(q.size(), 3u);
+  EXPECT_EQ(q.pop_front(), &t[1]);
+  EXPECT_EQ(q.pop_front(), &t[4]);
+  EXPECT_EQ(q.pop_front(), &t[6]);
+  EXPECT_EQ(q.pop_front(), nullptr);
+  // Only locked threads: nothing moves.
+  q.push_back(&t[1]);
+  EXPECT_EQ(q.steal_front([] {}, &n), nullptr);
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(q.pop_front(), &t[1]);
+  // The tail is right after a steal that took it: a push_back follows it.
+  q.push_back(&t[0]);
+  q.push_back(&t[2]);
+  EXPECT_EQ(chain_to_vector(q.steal_front([] {}, &n)), (std::vector<Thread*>{&t[0]}));
+  q.push_back(&t[3]);
+  EXPECT_EQ(q.pop_front(), &t[2]);
+  EXPECT_EQ(q.pop_front(), &t[3]);
+  EXPECT_TRUE(q.empty());
+}
+
+// The hand-shake under fire: an owner OS thread pushes and pops at random
+// while a thief OS thread steals as fast as it can.  Every thread is in
+// exactly one place at every moment - held by the owner, queued, or held
+// by the thief - and each move checks the place it leaves; a steal that
+// overlapped an owner operation would move a thread twice, lose one, or
+// break the list (and ThreadSanitizer would see the race).
+TEST(RunQueueConcurrency, StealsNeverOverlapTheOwner) {
+  if (!membarrier_registered()) GTEST_SKIP() << "membarrier is not available here";
+  enum Where : int { owner = 0, queued = 1, thief = 2 };
+  constexpr int kThreads = 64;
+  const int kOps = 400'000 / capstan_test::kScale;
+  std::vector<Thread> t(kThreads);
+  std::vector<std::atomic<int>> where(kThreads);
+  auto index = [&](Thread* x) { return static_cast<int>(x - t.data()); };
+  for (int i = 0; i < kThreads; ++i) {
+    where[i].store(owner);
+    t[i].locked = i % 8 == 0;
+  }
+  RunQueue q;
+  std::mutex back_mu;
+  std::vector<Thread*> back;  // stolen threads the thief returns to the owner
+  std::atomic<bool> stop{false};
+  std::atomic<long> bad{0}, stolen{0}, steals{0};
+
+  std::thread thief_thread([&] {
+    std::mt19937 pause_rng(11);
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (unsigned k = pause_rng() % 64; k != 0; --k) capstan::rts::cpu_relax();  // vary the phase
+      std::size_t n = 0;
+      std::vector<Thread*> got = chain_to_vector(q.steal_front(&membarrier_all, &n));
+      if (got.size() != n) bad.fetch_add(1);
+      for (Thread* x : got) {
+        int i = index(x);
+        if (x->locked || where[i].exchange(thief) != queued) bad.fetch_add(1);
+      }
+      if (!got.empty()) steals.fetch_add(1);
+      stolen.fetch_add(static_cast<long>(got.size()));
+      std::lock_guard<std::mutex> g(back_mu);
+      for (Thread* x : got) back.push_back(x);
+    }
+  });
+
+  std::vector<Thread*> held;
+  for (auto& x : t) held.push_back(&x);
+  std::mt19937 rng(7);
+  for (int op = 0; op < kOps; ++op) {
+    if (op % 64 == 0) {  // take back what the thief returned
+      std::lock_guard<std::mutex> g(back_mu);
+      for (Thread* x : back) {
+        if (where[index(x)].exchange(owner) != thief) bad.fetch_add(1);
+        held.push_back(x);
+      }
+      back.clear();
+    }
+    unsigned r = rng() % 8;
+    if (r < 3 && !held.empty()) {
+      Thread* x = held.back();
+      held.pop_back();
+      if (where[index(x)].exchange(queued) != owner) bad.fetch_add(1);
+      if (r == 0) q.push_front(x); else q.push_back(x);
+    } else if (r < 6) {
+      if (Thread* x = q.pop_front()) {
+        if (where[index(x)].exchange(owner) != queued) bad.fetch_add(1);
+        held.push_back(x);
+      }
+    } else if (r == 6) {
+      (void)q.size();
+      (void)q.empty();
+    } else {
+      std::this_thread::yield();  // let the thief find us outside an operation
+    }
+  }
+  stop.store(true);
+  thief_thread.join();
+  // Account for every thread: held, queued, or returned by the thief.
+  std::vector<int> seen(kThreads, 0);
+  for (Thread* x : held) ++seen[index(x)];
+  for (Thread* x : back) ++seen[index(x)];
+  std::size_t queued_n = 0;
+  while (Thread* x = q.pop_front()) {
+    ++seen[index(x)];
+    ++queued_n;
+  }
+  EXPECT_EQ(queued_n, 0u + static_cast<std::size_t>(std::count_if(
+                               where.begin(), where.end(), [](auto& w) { return w.load() == queued; })));
+  for (int i = 0; i < kThreads; ++i) EXPECT_EQ(seen[i], 1) << "thread " << i;
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(steals.load(), 0) << "the thief never got in: the test tested nothing";
+  std::fprintf(stderr, "%ld steals took %ld threads\n", steals.load(), stolen.load());
 }
 
 }  // namespace

@@ -167,7 +167,8 @@ TEST_F(Wakeups, AnUnlockedThreadFollowsItsWaker) {
 
 // A backlog that lasts: the threads keep yielding (the run queue of
 // capability 0 stays long) until one of them has run on capability 1, so
-// they can have got there only by a push; if none ever does, they give up
+// they can have got there only by a push (or a steal, see below); if none
+// ever does, they give up
 // after kWaitGuard and the test fails.
 TEST_F(PushWork, IdleCapabilitiesReceiveSurplusThreads) {
   std::atomic<int> on_cap1{0};
@@ -192,30 +193,39 @@ TEST_F(PushWork, IdleCapabilitiesReceiveSurplusThreads) {
   });
   EXPECT_GT(on_cap1.load(), 0);
   auto s = capstan::statistics();
-  EXPECT_GT(s.capabilities[0].threads_pushed, 0u);
+  // Pushed, normally; or stolen, when the OS preempted capability 0's OS
+  // thread long enough for it to look stalled (Note [Stealing from a
+  // stalled capability]) - a loaded machine does that.
+  EXPECT_GT(s.capabilities[0].threads_pushed + s.capabilities[1].threads_stolen, 0u);
 }
 
 // After the start-up shuffle both end up together and stay there: a
 // ping-pong never has two threads waiting, so it is never pushed apart
 // (Note [Pushing work]), and each wake-up joins the waker (Note [Wake-up
-// affinity]).  The second half of the hand-offs all ran on one capability.
+// affinity]).  In the second half of the hand-offs they are together on
+// nearly every round and hardly ever move.  Not on every round: on a loaded
+// machine the OS may preempt the capability's OS thread for longer than
+// the stall threshold, and an idle capability then takes the waiting
+// thread (Note [Stealing from a stalled capability]); the next wake-up
+// brings it back.  Pushing them apart would put them on different
+// capabilities on about every round.
 TEST_F(PushWork, APingPongStaysOnOneCapability) {
   constexpr int kRounds = 20000;
-  unsigned caps_a = 0, caps_b = 0;  // capabilities seen in the second half
+  std::vector<unsigned char> cap_a(kRounds), cap_b(kRounds);
   run(capstan_test::opts(2), [&] {
     capstan::mvar<int> ping, pong, done;
     capstan::fork_io([&] {
       for (int i = 0; i < kRounds; ++i) {
         ping.put(i);
         pong.take();
-        if (i >= kRounds / 2) caps_a |= 1u << capstan::current_capability();
+        cap_a[i] = static_cast<unsigned char>(capstan::current_capability());
       }
       done.put(1);
     });
     capstan::fork_io([&] {
       for (int i = 0; i < kRounds; ++i) {
         int v = ping.take();
-        if (i >= kRounds / 2) caps_b |= 1u << capstan::current_capability();
+        cap_b[i] = static_cast<unsigned char>(capstan::current_capability());
         pong.put(v);
       }
       done.put(1);
@@ -223,8 +233,13 @@ TEST_F(PushWork, APingPongStaysOnOneCapability) {
     done.take();
     done.take();
   });
-  EXPECT_TRUE(caps_a == 1u || caps_a == 2u) << "ping moved between capabilities: " << caps_a;
-  EXPECT_EQ(caps_a, caps_b) << "ping and pong ran on different capabilities";
+  int apart = 0, moves = 0;
+  for (int i = kRounds / 2; i < kRounds; ++i) {
+    if (cap_a[i] != cap_b[i]) ++apart;
+    if (cap_a[i] != cap_a[i - 1]) ++moves;
+  }
+  EXPECT_LE(apart, kRounds / 2 / 100) << "ping and pong ran on different capabilities";
+  EXPECT_LE(moves, 20) << "ping moved between capabilities";
 }
 
 }  // namespace

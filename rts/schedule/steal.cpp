@@ -1,0 +1,186 @@
+// steal.cpp - idle capabilities take threads from a stalled capability.
+//
+// Note [Stealing from a stalled capability]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The problem.  Work moves between capabilities by pushing (Note [Pushing
+// work]): a busy capability hands threads to idle ones at its scheduling
+// points.  A thread that computes for a long time without reaching a safe
+// point (no runtime call, no yield_point()) keeps its capability from
+// reaching one, so the threads waiting behind it wait for the whole
+// computation while other capabilities idle.  GHC has the same gap (its
+// run queues are owner-private too); Go closes it because its run queues
+// are stealable at every operation.
+//
+// Policy.  An idle capability watches the others.  A capability is
+// *stalled* when it holds threads in its run queue and has made no
+// scheduling decision (its sched_epoch, bumped by every pick, has not
+// moved) for kStallNs.  An idle capability that sees a stall takes half of
+// the waiting threads (rounded up, oldest first, locked ones stay) and
+// runs them; while it still sees the stall it steals again, so a queue of
+// n drains in about log2(n) steals.  A healthy busy capability - one that
+// keeps picking - is never stolen from: its surplus moves by pushing, which
+// knows when moving pays (tiny threads stay local).
+//
+// Who watches.  An idle capability looks while it spins (every 256 turns,
+// beside its spark search), and keeps spinning while a stall is being
+// judged (StallLook::watching), which ends within kStallNs.  Idle
+// capabilities sleep after kSpinNs, so two wake-ups bring a watcher back:
+//  * the busy capability itself, when its run queue first turns long
+//    (kPushThreshold) while a capability idles (wake_watcher, from
+//    long_queue_wants_push): the thread it is about to run may be the one
+//    that never comes back.  Once per long-queue episode, and only when no
+//    idle capability is spinning already, so it costs one futex wake-up
+//    per episode at most;
+//  * the ticker, for stalls that begin with a short queue or after the
+//    watcher slept again: a busy capability with waiting threads whose
+//    epoch did not move in a whole tick (StallTicker).  Within two ticks.
+//
+// The hand-shake.  The run queue stays owner-private in the sense that
+// matters for speed: the owner's operations use no locked instruction and
+// no fence.  A steal is rare (it needs a stall) and may be slow, so the
+// cost goes to the thief: an asymmetric Dekker hand-shake, as in
+// userspace RCU or folly's asymmetric barriers (and Note [Wait locks]):
+//   owner, around each operation:       thief (RunQueue::steal_front):
+//     busy = 1          (relaxed)         thief = 1 (CAS: one thief at a time)
+//     compiler barrier                    membarrier(PRIVATE_EXPEDITED)
+//     if thief (acquire): wait it out     wait for busy == 0 (acquire)
+//     ... operation ...                   ... unlink threads ...
+//     busy = 0          (release)         thief = 0 (release)
+// membarrier makes every running thread of the process execute a full
+// barrier before it returns (a thread not running passes one when it is
+// switched back in).  Take the point P where the owner's OS thread
+// executes it.  If P comes before the owner's `busy = 1`, the owner's later
+// load of `thief` comes after a full barrier that follows the thief's CAS,
+// so it sees 1 and the owner waits before touching the queue.  If P comes
+// after `busy = 1`, the store is visible to the thief once membarrier
+// returns, so the thief waits for the release store `busy = 0`.  Either
+// way the two never edit the queue at once, and the release/acquire pairs
+// (busy for the owner's edits, thief for the thief's) order the edits.
+// The owner's waiting branch drops busy while it waits, so a thief that
+// found busy = 1 is not kept waiting by an owner that is itself waiting.
+// A thief gives up (and lets go) if busy stays 1 for a few thousand turns:
+// the owner's OS thread was descheduled mid-operation.  Without membarrier
+// (old kernels, some sandboxes) nobody steals, and the gap is GHC's again.
+//
+// Rejected: Chase-Lev or Go-style stealable ring buffers (a locked
+// instruction on every owner pop: a few ns on each ping-pong hop, where
+// the scheduler is already most of the cost); a run-queue lock (two locked
+// instructions per operation); a signal to the stalled thread to hand its
+// queue over (the hand-over would run inside arbitrary user code, and
+// ThreadSanitizer defers signals to the next intercepted call, which a
+// pure computation never makes); and the ticker stealing directly (the
+// ticker would need a run queue of its own to put the threads in).
+//
+// Note [Requeued while still running]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A yielding thread is pushed into its run queue *before* the switch away
+// from it saves its context (yield_current, a returning safe call's
+// requeue, the shutdown checkpoint).  With only the owner taking threads
+// from the queue that was harmless: nobody could run it before the owner
+// itself switched.  A thief can: if the owner's OS thread is preempted
+// between the push and the switch for longer than kStallNs - a loaded
+// machine does that - the capability looks stalled, and a thief that took
+// the thread would run it on a second OS thread, on a stack still in use
+// (the stress suite crashed this way).  So requeue_running (switch.hpp)
+// raises Thread::leaving before the push, and the landing side of the
+// switch releases it (after_switch's unlock, the same post-switch release
+// by which a blocked thread becomes wakeable); steal_front skips a thread
+// whose flag is up and reads it with acquire, so the saved context is
+// visible to the thief that runs the thread.  Threads pushed by anyone
+// else (new ones, woken ones) are already off every stack.
+#include "schedule/steal.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "primitives/clock.hpp"
+#include "runtime/runtime.hpp"
+#include "sparks/pool.hpp"
+
+namespace capstan::rts {
+
+namespace {
+
+// How long a capability with waiting threads may go without a scheduling
+// decision before idle ones take them.  Long enough that a capability
+// picking normally never trips it (a pick every few microseconds at
+// worst); short enough that a stall costs the waiting threads little.
+constexpr std::int64_t kStallNs = 100'000;
+
+void heavy_barrier() { syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
+
+// candidate: a capability that may be stalled (is running, has threads
+// waiting).  Relaxed hints: a wrong answer costs one useless look, or one
+// steal attempt that finds nothing.
+bool candidate(const Capability* v) {
+  return v->run_queue.size_hint() != 0 && !v->idle.load(std::memory_order_relaxed) &&
+         v->hold.load(std::memory_order_relaxed) == Hold::held;
+}
+
+bool stealing_possible() { return rt.membarrier_ok && rt.n_caps > 1; }
+
+}  // namespace
+
+StallLook look_for_stalls(Capability* cap) {
+  if (!stealing_possible()) return StallLook::nothing;
+  if (cap->stall_watch.size() != rt.n_caps) cap->stall_watch.resize(rt.n_caps);
+  std::int64_t now = now_ns();
+  StallLook result = StallLook::nothing;
+  for (unsigned i = 1; i < rt.n_caps; ++i) {
+    Capability* v = rt.caps[(cap->no + i) % rt.n_caps];
+    StallWatch& w = cap->stall_watch[v->no];
+    if (!candidate(v)) {
+      w.since_ns = 0;
+      continue;
+    }
+    std::uint64_t e = v->sched_epoch.load(std::memory_order_relaxed);
+    if (w.since_ns == 0 || e != w.epoch) {  // first look, or it picked since: healthy so far
+      w.epoch = e;
+      w.since_ns = now;
+      continue;
+    }
+    if (now - w.since_ns < kStallNs) {
+      result = StallLook::watching;
+      continue;
+    }
+    std::size_t n = 0;
+    Thread* t = v->run_queue.steal_front(&heavy_barrier, &n);
+    if (!t) {
+      result = StallLook::watching;  // busy owner or another thief: look again
+      continue;
+    }
+    while (t) {
+      Thread* next = t->link;  // push_back overwrites it
+      t->cap = cap;
+      cap->run_queue.push_back(t);
+      t = next;
+    }
+    cap->threads_stolen.add(n);
+    return StallLook::stole;
+  }
+  return result;
+}
+
+void wake_watcher(Capability* cap) noexcept {
+  if (!stealing_possible()) return;
+  for (Capability* c : rt.caps)
+    if (c != cap && c->idle.load(std::memory_order_relaxed) &&
+        c->hold.load(std::memory_order_relaxed) == Hold::held)
+      return;  // one is spinning, and watches
+  detail::spark_wake_sleeper();  // wakes one sleeper to look around (idle.cpp)
+}
+
+void StallTicker::tick() {
+  if (!stealing_possible()) return;
+  if (epochs_.size() != rt.n_caps) epochs_.assign(rt.n_caps, 0);
+  bool stalled = false;
+  for (Capability* c : rt.caps) {
+    std::uint64_t e = c->sched_epoch.load(std::memory_order_relaxed);
+    if (e == epochs_[c->no] && candidate(c)) stalled = true;
+    epochs_[c->no] = e;
+  }
+  if (stalled && rt.n_idle.load(std::memory_order_relaxed) != 0) detail::spark_wake_sleeper();
+}
+
+}  // namespace capstan::rts

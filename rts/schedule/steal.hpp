@@ -1,0 +1,38 @@
+// steal.hpp - idle capabilities take threads from a capability that has
+// stopped scheduling.  Note [Stealing from a stalled capability] in
+// schedule/steal.cpp.
+#pragma once
+
+#include "capability/capability.hpp"
+
+namespace capstan::rts {
+
+// What one look at the other capabilities found.
+enum class StallLook {
+  nothing,   // no capability with waiting threads has stopped scheduling
+  watching,  // one has, for less than kStallNs: keep looking
+  stole,     // threads were moved into our run queue
+};
+
+// look_for_stalls: called by `cap`'s holder while idle; moves threads from
+// a capability that has had threads waiting and made no scheduling
+// decision for kStallNs into cap's run queue.
+StallLook look_for_stalls(Capability* cap);
+
+// wake_watcher: `cap`'s holder saw its run queue turn long while some
+// capability idles: have an idle one watch it, in case the thread it is
+// about to run never returns to the scheduler.
+void wake_watcher(Capability* cap) noexcept;
+
+// StallTicker: the ticker's backstop for stalls that began while every
+// idle capability slept.  tick() wakes an idle capability when a busy one
+// with waiting threads made no scheduling decision since the last tick.
+class StallTicker {
+ public:
+  void tick();
+
+ private:
+  std::vector<std::uint64_t> epochs_;  // [ticker] sched_epoch at the last tick
+};
+
+}  // namespace capstan::rts
