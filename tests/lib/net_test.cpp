@@ -126,8 +126,10 @@ TEST_P(Net, CloseUnderBusyCallsNeverHangs) {
           try {
             char buf[64];
             if (u == 2) {  // fill the send buffer, then park in write_all
-              std::string big(4 << 20, 'w');
-              c.write_all(big.data(), big.size());
+              // Until the close: loopback buffers can grow to take a few
+              // MiB, so no single size is sure to park.
+              std::string big(1 << 20, 'w');
+              for (;;) c.write_all(big.data(), big.size());
             } else {
               c.read(buf, sizeof buf);
             }
