@@ -40,7 +40,8 @@ enum class Hold : std::uint8_t {
 // [Stealing from a stalled capability]).
 struct StallWatch {
   std::uint64_t epoch = 0;     // its sched_epoch
-  std::int64_t since_ns = 0;   // when we first saw that epoch with threads waiting; 0 = not
+  std::uint64_t created = 0;   // its threads_created
+  std::int64_t since_ns = 0;   // when we first saw them so with threads waiting; 0 = not
 };
 
 struct alignas(64) Capability {

@@ -66,6 +66,10 @@ struct Runtime {
   std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Wait locks] in schedule/raise.cpp
   std::atomic<bool> wait_locks_on{false};        // [atomic] the protocol of Note [Wait locks] is done
   std::atomic<unsigned> n_idle{0};               // [atomic] capabilities in idle()
+  std::atomic<std::int64_t> last_watch_wake_ns{0};  // [atomic, relaxed] Note [Stealing from a
+                                                    // stalled capability]: rate limit
+  std::atomic<std::int64_t> watch_request_ns{0};    // [atomic, relaxed] same Note: when a busy
+                                                    // capability last asked to be watched
   std::atomic<std::uint32_t> ticker_parked{0};   // [atomic] Note [Stopping the ticker]
   std::atomic<std::uint64_t> id_blocks{0};       // [atomic] next block of thread ids
   std::atomic<std::uint64_t> peak_live{0};       // [atomic] stats/stats.cpp

@@ -13,27 +13,37 @@
 //
 // Policy.  An idle capability watches the others.  A capability is
 // *stalled* when it holds threads in its run queue and has made no
-// scheduling decision (its sched_epoch, bumped by every pick, has not
-// moved) for kStallNs.  An idle capability that sees a stall takes half of
-// the waiting threads (rounded up, oldest first, locked ones stay) and
-// runs them; while it still sees the stall it steals again, so a queue of
-// n drains in about log2(n) steals.  A healthy busy capability - one that
-// keeps picking - is never stolen from: its surplus moves by pushing, which
-// knows when moving pays (tiny threads stay local).
+// progress - no scheduling decision (its sched_epoch, bumped by every
+// pick) and no fork (its threads_created) - for kStallNs.  An idle
+// capability that sees a stall takes half of the waiting threads (rounded
+// up, oldest first, locked ones stay) and runs them; while it still sees
+// the stall it steals again, so a queue of n drains in about log2(n)
+// steals.  A busy capability that keeps making progress is never stolen
+// from: its surplus moves by pushing, which knows when moving pays (tiny
+// threads stay local).  kStallNs is 1 ms, not less: at 100 us and 500 us,
+// threads001 at -N2 saw capability 0 make no progress that long a few
+// times a run (its OS thread preempted, we think), and the steals that
+// followed shipped tiny threads across cores and cost it 15-18 %.
 //
-// Who watches.  An idle capability looks while it spins (every 256 turns,
-// beside its spark search), and keeps spinning while a stall is being
-// judged (StallLook::watching), which ends within kStallNs.  Idle
-// capabilities sleep after kSpinNs, so two wake-ups bring a watcher back:
+// Who watches.  An idle capability looks every kLookGapNs of its spin
+// (looks read lines the owners write on every operation, so not more
+// often).  It keeps spinning, instead of sleeping after kSpinNs, while it
+// judges a stall it has seen for kJudgeNs (StallLook::watching; a burst of
+// forks or a slow pick never lasts that long), and while a busy capability
+// has asked to be watched within the last 2 kJudgeNs (watch_requested).
+// Two wake-ups bring a sleeping watcher back:
 //  * the busy capability itself, when its run queue first turns long
 //    (kPushThreshold) while a capability idles (wake_watcher, from
 //    long_queue_wants_push): the thread it is about to run may be the one
-//    that never comes back.  Once per long-queue episode, and only when no
-//    idle capability is spinning already, so it costs one futex wake-up
-//    per episode at most;
-//  * the ticker, for stalls that begin with a short queue or after the
-//    watcher slept again: a busy capability with waiting threads whose
-//    epoch did not move in a whole tick (StallTicker).  Within two ticks.
+//    that never comes back.  It records the request (so a spinning watcher
+//    does not go to sleep just then) and, when no idle capability is
+//    spinning, wakes one - at most once per kWatchWakeGapNs: waking one per
+//    long-queue episode cost threads001 at -N2 a futex wake-up every ~70 us.
+//    A stall that begins within kWatchWakeGapNs of the previous wake-up,
+//    once that watcher has gone back to sleep, is left to the ticker;
+//  * the ticker, for those and for stalls that begin with a short queue: a
+//    busy capability with waiting threads that made no scheduling decision
+//    in a whole tick (StallTicker).  Within two ticks.
 //
 // The hand-shake.  The run queue stays owner-private in the sense that
 // matters for speed: the owner's operations use no locked instruction and
@@ -102,11 +112,16 @@ namespace capstan::rts {
 
 namespace {
 
-// How long a capability with waiting threads may go without a scheduling
-// decision before idle ones take them.  Long enough that a capability
-// picking normally never trips it (a pick every few microseconds at
-// worst); short enough that a stall costs the waiting threads little.
-constexpr std::int64_t kStallNs = 100'000;
+// How long a capability with waiting threads may go without progress
+// before idle ones take them (see the Note for why not less).
+constexpr std::int64_t kStallNs = 1'000'000;
+// How long the same epoch must be seen before a stall is worth judging
+// (StallLook::watching): longer than a burst of forks, which makes no
+// scheduling decision for a few microseconds, shorter than an idle spin.
+constexpr std::int64_t kJudgeNs = 25'000;
+
+// The least time between two watcher wake-ups by busy capabilities.
+constexpr std::int64_t kWatchWakeGapNs = 1'000'000;
 
 void heavy_barrier() { syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
 
@@ -122,6 +137,10 @@ bool stealing_possible() { return rt.membarrier_ok && rt.n_caps > 1; }
 
 }  // namespace
 
+bool watch_requested(std::int64_t now) {
+  return now - rt.watch_request_ns.load(std::memory_order_relaxed) < kJudgeNs * 2;
+}
+
 StallLook look_for_stalls(Capability* cap) {
   if (!stealing_possible()) return StallLook::nothing;
   if (cap->stall_watch.size() != rt.n_caps) cap->stall_watch.resize(rt.n_caps);
@@ -134,20 +153,33 @@ StallLook look_for_stalls(Capability* cap) {
       w.since_ns = 0;
       continue;
     }
+    // Progress is a scheduling decision or a fork: a thread forking a
+    // burst makes no decision until back-pressure stops it, and stealing
+    // the burst's threads from under it only ships tiny threads across
+    // cores.
     std::uint64_t e = v->sched_epoch.load(std::memory_order_relaxed);
-    if (w.since_ns == 0 || e != w.epoch) {  // first look, or it picked since: healthy so far
+    std::uint64_t c = v->threads_created.get();
+    if (w.since_ns == 0 || e != w.epoch || c != w.created) {  // first look, or progress
       w.epoch = e;
+      w.created = c;
       w.since_ns = now;
       continue;
     }
     if (now - w.since_ns < kStallNs) {
-      result = StallLook::watching;
+      // Only a stall seen for kJudgeNs keeps an idle capability spinning: a
+      // busy one forking a burst of threads makes no decision for a few
+      // microseconds, and a watcher kept spinning through every such gap
+      // cost threads001 at -N2 a tenth of its speed.
+      if (now - w.since_ns >= kJudgeNs) result = StallLook::watching;
       continue;
     }
     std::size_t n = 0;
     Thread* t = v->run_queue.steal_front(&heavy_barrier, &n);
     if (!t) {
-      result = StallLook::watching;  // busy owner or another thief: look again
+      // Nothing movable (locked or still-leaving threads), another thief,
+      // or an owner descheduled mid-operation: judge afresh rather than
+      // pay a membarrier at every look.
+      w.since_ns = now;
       continue;
     }
     while (t) {
@@ -162,12 +194,16 @@ StallLook look_for_stalls(Capability* cap) {
   return result;
 }
 
-void wake_watcher(Capability* cap) noexcept {
+void wake_watcher(Capability* cap, std::int64_t now) noexcept {
   if (!stealing_possible()) return;
+  rt.watch_request_ns.store(now, std::memory_order_relaxed);  // a spinner about to sleep looks
+  // At most one wake-up per kWatchWakeGapNs (see the Note).
+  if (now - rt.last_watch_wake_ns.load(std::memory_order_relaxed) < kWatchWakeGapNs) return;
   for (Capability* c : rt.caps)
     if (c != cap && c->idle.load(std::memory_order_relaxed) &&
         c->hold.load(std::memory_order_relaxed) == Hold::held)
       return;  // one is spinning, and watches
+  rt.last_watch_wake_ns.store(now, std::memory_order_relaxed);
   detail::spark_wake_sleeper();  // wakes one sleeper to look around (idle.cpp)
 }
 

@@ -10,7 +10,7 @@ namespace capstan::rts {
 // What one look at the other capabilities found.
 enum class StallLook {
   nothing,   // no capability with waiting threads has stopped scheduling
-  watching,  // one has, for less than kStallNs: keep looking
+  watching,  // one has, for a while but less than kStallNs: keep looking
   stole,     // threads were moved into our run queue
 };
 
@@ -19,10 +19,15 @@ enum class StallLook {
 // decision for kStallNs into cap's run queue.
 StallLook look_for_stalls(Capability* cap);
 
+// watch_requested: did a busy capability ask to be watched (wake_watcher)
+// so recently that an idle one should not go to sleep yet?
+bool watch_requested(std::int64_t now);
+
 // wake_watcher: `cap`'s holder saw its run queue turn long while some
 // capability idles: have an idle one watch it, in case the thread it is
 // about to run never returns to the scheduler.
-void wake_watcher(Capability* cap) noexcept;
+// `now` is the caller's clock reading.
+void wake_watcher(Capability* cap, std::int64_t now) noexcept;
 
 // StallTicker: the ticker's backstop for stalls that began while every
 // idle capability slept.  tick() wakes an idle capability when a busy one
