@@ -229,7 +229,11 @@ using namespace capstan::rts;
 //    is busy.
 void spark_wake_sleeper() noexcept {
   for (Capability* c : rt.caps) {
-    if (c->hold.load(std::memory_order_relaxed) != Hold::sleeping) continue;
+    // acquire: pairs with the sleeper's store of `sleeping` (idle.cpp), so
+    // the Task we unpark below - the one that stored it - is visible to us
+    // as it was made (ThreadSanitizer caught the ticker unparking a Task
+    // whose construction it had no happens-before edge with).
+    if (c->hold.load(std::memory_order_acquire) != Hold::sleeping) continue;
     bool expected = false;
     if (c->spark_wake.load(std::memory_order_relaxed)) return;  // one is on its way
     if (c->spark_wake.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
