@@ -115,9 +115,9 @@ namespace {
 // How long a capability with waiting threads may go without progress
 // before idle ones take them (see the Note for why not less).
 constexpr std::int64_t kStallNs = 1'000'000;
-// How long the same epoch must be seen before a stall is worth judging
-// (StallLook::watching): longer than a burst of forks, which makes no
-// scheduling decision for a few microseconds, shorter than an idle spin.
+// How long a capability must be seen making no progress before a stall is
+// worth judging (StallLook::watching): longer than a slow pick or a
+// descheduled moment, shorter than an idle spin (kSpinNs in idle.cpp).
 constexpr std::int64_t kJudgeNs = 25'000;
 
 // The least time between two watcher wake-ups by busy capabilities.
@@ -167,8 +167,7 @@ StallLook look_for_stalls(Capability* cap) {
     }
     if (now - w.since_ns < kStallNs) {
       // Only a stall seen for kJudgeNs keeps an idle capability spinning: a
-      // busy one forking a burst of threads makes no decision for a few
-      // microseconds, and a watcher kept spinning through every such gap
+      // watcher kept spinning through every short gap between two picks
       // cost threads001 at -N2 a tenth of its speed.
       if (now - w.since_ns >= kJudgeNs) result = StallLook::watching;
       continue;

@@ -15,8 +15,8 @@ enum class StallLook {
 };
 
 // look_for_stalls: called by `cap`'s holder while idle; moves threads from
-// a capability that has had threads waiting and made no scheduling
-// decision for kStallNs into cap's run queue.
+// a capability that has had threads waiting and made no progress (no
+// scheduling decision, no fork) for kStallNs into cap's run queue.
 StallLook look_for_stalls(Capability* cap);
 
 // watch_requested: did a busy capability ask to be watched (wake_watcher)
