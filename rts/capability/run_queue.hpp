@@ -39,16 +39,12 @@ class RunQueue {
   }
   void push_back(Thread* t) {
     Owned g(*this);
-    t->link = nullptr;
-    if (tail_) tail_->link = t; else head_ = t;
-    tail_ = t;
+    link_back(t);
     size_.store(size_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   void push_front(Thread* t) {
     Owned g(*this);
-    t->link = head_;
-    head_ = t;
-    if (!tail_) tail_ = t;
+    link_front(t);
     size_.store(size_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   Thread* pop_front() {
@@ -80,16 +76,12 @@ class RunQueue {
     Owned g(*this);
     std::size_t n = 0;
     for (Thread* t = chain; t; ++n) {
-      Thread* next = t->link;
+      Thread* next = t->link;  // the link_ calls overwrite it
       if (t->returning) [[unlikely]] {
         t->returning = false;
-        t->link = head_;
-        head_ = t;
-        if (!tail_) tail_ = t;
+        link_front(t);
       } else {
-        t->link = nullptr;
-        if (tail_) tail_->link = t; else head_ = t;
-        tail_ = t;
+        link_back(t);
       }
       t = next;
     }
@@ -126,6 +118,17 @@ class RunQueue {
     }
     const RunQueue& q;
   };
+  // The list edits, inside an Owned section.
+  void link_back(Thread* t) {
+    t->link = nullptr;
+    if (tail_) tail_->link = t; else head_ = t;
+    tail_ = t;
+  }
+  void link_front(Thread* t) {
+    t->link = head_;
+    head_ = t;
+    if (!tail_) tail_ = t;
+  }
   // wait_for_thief: the owner's waiting branch.  It raises owner_waiting_
   // so that no new thief starts (a thief that read it clear just before
   // may still get in once: each thief delays the owner by one steal at

@@ -181,12 +181,8 @@ StallLook look_for_stalls(Capability* cap) {
       w.since_ns = now;
       continue;
     }
-    while (t) {
-      Thread* next = t->link;  // push_back overwrites it
-      t->cap = cap;
-      cap->run_queue.push_back(t);
-      t = next;
-    }
+    for (Thread* x = t; x; x = x->link) x->cap = cap;
+    cap->run_queue.push_arrivals(t);  // one hand-shake on our own queue, not n
     cap->threads_stolen.add(n);
     return StallLook::stole;
   }
