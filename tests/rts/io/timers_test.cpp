@@ -270,37 +270,48 @@ void put_near_deadline(int round) {
 // a 60-round run beat its 1 ms deadline.
 bool skips_put(int round) { return round % 8 == 0; }
 
+// late_expiry_rounds runs the race of the two tests below.  Each round a
+// short wait on `first` (short_wait: its value, or nothing at the 1 ms
+// deadline) races a put near that deadline; then a long wait on `second`
+// (long_wait, 60 s) must be ended only by its own put.  Every value put
+// is taken exactly once, and no timer or parked waiter is left.
+template <class ShortWait, class LongWait>
+void late_expiry_rounds(ShortWait short_wait, LongWait long_wait) {
+  const int kRounds = 600 / kScale;
+  mvar<int> first, second, done;
+  long put_sum = 0, taken_sum = 0, timeouts = 0;
+  fork_io([&] {
+    for (int i = 1; i <= kRounds; ++i) {
+      put_near_deadline(i);
+      if (!skips_put(i) && first.try_put(i)) put_sum += i;
+      second.put(i);
+    }
+    done.put(1);
+  });
+  for (int i = 1; i <= kRounds; ++i) {
+    if (std::optional<int> v = short_wait(first)) taken_sum += *v;
+    else ++timeouts;
+    std::optional<int> v2 = long_wait(second);
+    ASSERT_TRUE(v2.has_value()) << "round " << i << ": a stale timer ended the second wait";
+    ASSERT_EQ(*v2, i);
+  }
+  done.take();
+  while (auto v = first.try_take()) taken_sum += *v;
+  EXPECT_EQ(taken_sum, put_sum);  // exactly once: never lost, never twice
+  EXPECT_GT(timeouts, 0);
+  settle();
+  EXPECT_EQ(io_timers(), 0u);
+  EXPECT_EQ(io_parked(), 0u);
+}
+
 // A take_for's put races its expiry; the next wait, a long take_for on
 // another mvar, must be ended only by its own put: an expiry that lost the
 // race to the cancel (it was under way when the wait ended) finds a
 // different token and does nothing (Note [Cancelling a timer]).
 TEST_P(TimersConcurrency, LateExpiryNeverEndsALaterTakeFor) {
   run([] {
-    const int kRounds = 600 / kScale;
-    mvar<int> first, second, done;
-    long put_sum = 0, taken_sum = 0, timeouts = 0;
-    fork_io([&] {
-      for (int i = 1; i <= kRounds; ++i) {
-        put_near_deadline(i);
-        if (!skips_put(i) && first.try_put(i)) put_sum += i;
-        second.put(i);
-      }
-      done.put(1);
-    });
-    for (int i = 1; i <= kRounds; ++i) {
-      if (auto v = first.take_for(1ms)) taken_sum += *v;
-      else ++timeouts;
-      auto v2 = second.take_for(60s);
-      ASSERT_TRUE(v2.has_value()) << "round " << i << ": a stale timer ended the second wait";
-      ASSERT_EQ(*v2, i);
-    }
-    done.take();
-    while (auto v = first.try_take()) taken_sum += *v;
-    EXPECT_EQ(taken_sum, put_sum);  // exactly once: never lost, never twice
-    EXPECT_GT(timeouts, 0);
-    settle();
-    EXPECT_EQ(io_timers(), 0u);
-    EXPECT_EQ(io_parked(), 0u);
+    late_expiry_rounds([](mvar<int>& m) { return m.take_for(1ms); },
+                       [](mvar<int>& m) { return m.take_for(60s); });
   });
 }
 
@@ -308,32 +319,8 @@ TEST_P(TimersConcurrency, LateExpiryNeverEndsALaterTakeFor) {
 // interrupts the second, and nothing is raised after timeout() returned.
 TEST_P(TimersConcurrency, LateExpiryNeverEndsALaterTimeout) {
   run([] {
-    const int kRounds = 600 / kScale;
-    mvar<int> first, second, done;
-    long put_sum = 0, taken_sum = 0, timeouts = 0;
-    fork_io([&] {
-      for (int i = 1; i <= kRounds; ++i) {
-        put_near_deadline(i);
-        if (!skips_put(i) && first.try_put(i)) put_sum += i;
-        second.put(i);
-      }
-      done.put(1);
-    });
-    for (int i = 1; i <= kRounds; ++i) {
-      if (auto v = timeout(1ms, [&] { return first.take(); }))
-        taken_sum += *v;
-      else
-        ++timeouts;
-      auto v2 = timeout(60s, [&] { return second.take(); });
-      ASSERT_TRUE(v2.has_value()) << "round " << i << ": a stale timer ended the second wait";
-      ASSERT_EQ(*v2, i);
-    }
-    done.take();
-    while (auto v = first.try_take()) taken_sum += *v;
-    EXPECT_EQ(taken_sum, put_sum);
-    EXPECT_GT(timeouts, 0);
-    settle();
-    EXPECT_EQ(io_timers(), 0u);
+    late_expiry_rounds([](mvar<int>& m) { return timeout(1ms, [&] { return m.take(); }); },
+                       [](mvar<int>& m) { return timeout(60s, [&] { return m.take(); }); });
   });
 }
 
