@@ -1,9 +1,10 @@
 -- Unwind: what the killing twins share (the Haskell side of
 -- nofib_like/unwind.hpp): frames with a `finally` handler in each, the bare
 -- throw+catch floor through them, and "kill n blocked threads and wait
--- until every handler has run".  Not a benchmark: imported by
--- killblocked.hs, shutdown.hs and threads007.hs.
-module Unwind (descend, floorNs, killBlocked) where
+-- until every handler has run", and the whole program of the two exit
+-- twins (exitBench).  Not a benchmark: imported by killblocked.hs,
+-- shutdown.hs and threads007.hs.
+module Unwind (descend, floorNs, killBlocked, exitBench) where
 
 import Control.Concurrent
 import Control.Exception
@@ -11,6 +12,9 @@ import Control.Monad
 import Data.IORef
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Conc (ThreadStatus (..), threadStatus)
+import System.Environment (getArgs)
+import System.Exit
+import Text.Printf (printf)
 
 -- | descend c k bottom runs bottom k frames deep; each frame bumps c as it
 -- unwinds.
@@ -60,3 +64,33 @@ killBlocked n frames bottom = do
   t1 <- getMonotonicTimeNSec
   v <- readIORef c
   return (fromIntegral (t1 - t0) / fromIntegral n, v == n * frames)
+
+-- | exitBench name defaultN third: the program of shutdown.hs and
+-- threads007.hs.  n threads (argument 1, default defaultN) block at exit,
+-- `frames` deep (argument 2, default 1): a third on MVars, a third in
+-- threadDelay (1 h), a third on what `third` makes (it returns the
+-- blocking action for thread i).  Prints exit_ns (the kill-and-wait time
+-- per thread), floor_ns (throwIO ThreadKilled caught through the same
+-- frames) and their ratio.
+exitBench :: String -> Int -> IO (Int -> IO ()) -> IO ()
+exitBench name defaultN third = do
+  args <- getArgs
+  let n = case args of (a : _) -> read a; [] -> defaultN
+      frames = case args of (_ : f : _) -> read f; _ -> 1
+  caps <- getNumCapabilities
+  r <- newEmptyMVar
+  _ <- forkIO (body n frames >>= putMVar r)
+  (ns, fl, ok) <- takeMVar r
+  printf "capstan-bench name=%s impl=ghc caps=%d n=%d exit_ns=%.2f floor_ns=%.2f ratio=%.2f frames=%d check=%s\n"
+    name caps n ns fl (ns / fl) frames (if ok then "ok" else "FAIL")
+  when (not ok) exitFailure
+  where
+    body n frames = do
+      fl <- floorNs frames 100000
+      block3 <- third
+      let bottom i = case i `mod` 3 of
+            0 -> newEmptyMVar >>= takeMVar :: IO ()
+            1 -> threadDelay 3600000000
+            _ -> block3 i
+      (ns, ok) <- killBlocked n frames bottom
+      return (ns, fl, ok)

@@ -1,4 +1,3 @@
-{-# LANGUAGE BangPatterns #-}
 -- shutdown: n threads blocked at exit, a third each on MVars, threadDelay
 -- (1 h) and threadWaitRead (pipes never written), each `frames` frames
 -- deep with a `finally` handler in every frame.  GHC's exit does not run
@@ -7,47 +6,16 @@
 -- handler has run.  exit_ns = that time / n; floor_ns = throwIO
 -- ThreadKilled caught through the same frames; ratio = the quotient.
 -- Haskell twin of nofib_like/shutdown.cpp (threads007.hs: the same with
--- Chan reads instead of fd waits).
+-- Chan reads instead of fd waits; both are Unwind.exitBench).
 module Main (main) where
 
-import Control.Concurrent
-import Control.Monad (replicateM, when)
-import System.Environment (getArgs)
-import System.Exit
+import Control.Concurrent (threadWaitRead)
+import Control.Monad (replicateM)
 import System.Posix.IO (createPipe)
-import Text.Printf (printf)
 
-import Unwind (floorNs, killBlocked)
-
-name :: String
-name = "shutdown"
-
-kinds :: Int
-kinds = 3
-
-defaultN :: Int
-defaultN = 100000
-
-body :: Int -> Int -> IO (Double, Double, Bool)
-body n frames = do
-  fl <- floorNs frames 100000
-  pipes <- replicateM 16 createPipe
-  let bottom i = case i `mod` kinds of
-          0 -> newEmptyMVar >>= takeMVar :: IO ()
-          1 -> threadDelay 3600000000
-          _ -> threadWaitRead (fst (pipes !! (i `mod` 16)))
-  (ns, ok) <- killBlocked n frames bottom
-  return (ns, fl, ok)
+import Unwind (exitBench)
 
 main :: IO ()
-main = do
-  args <- getArgs
-  let n = case args of (a : _) -> read a; [] -> defaultN
-      frames = case args of (_ : f : _) -> read f; _ -> 1
-  caps <- getNumCapabilities
-  r <- newEmptyMVar
-  _ <- forkIO (body n frames >>= putMVar r)
-  (ns, fl, ok) <- takeMVar r
-  printf "capstan-bench name=%s impl=ghc caps=%d n=%d exit_ns=%.2f floor_ns=%.2f ratio=%.2f frames=%d check=%s\n"
-    name caps n ns fl (ns / fl) frames (if ok then "ok" else "FAIL")
-  when (not ok) exitFailure
+main = exitBench "shutdown" 100000 $ do
+  pipes <- replicateM 16 createPipe
+  return (\i -> threadWaitRead (fst (pipes !! (i `mod` 16))))
