@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 - <<'PY'
 import os, re, sys
-roots = ["rts", "lib", "tests", "nofib_like", "examples", "scripts", "docs", "README.md"]
+roots = ["rts", "gdb", "lib", "tests", "nofib_like", "examples", "scripts", "docs", "README.md"]
 exts = (".cpp", ".hpp", ".c", ".h", ".S", ".py", ".sh", ".md", ".build")
 files = []
 for r in roots:

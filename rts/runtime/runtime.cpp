@@ -60,6 +60,12 @@ namespace capstan::rts {
 ProcessState process;
 RuntimeSlot runtime_slot;
 
+// Pulls the gdb commands and the types they read into every program that
+// links capstan statically: Note [Keeping the gdb support linked] in
+// gdb/gdb_support.cpp.
+extern "C" [[gnu::visibility("hidden")]] const char capstan_gdb_support_anchor;
+[[gnu::used]] static const char* const keep_gdb_support = &capstan_gdb_support_anchor;
+
 Runtime::Runtime(const options& o)
     : opts(o),
       n_caps(o.capabilities),

@@ -1,0 +1,404 @@
+# capstan_gdb.py - gdb commands for capstan's green threads.
+#
+#   info capstan-threads          every green thread: id, label, state, what it
+#                                 is blocked on, capability or Task, stack use
+#   capstan-thread ID CMD...      run gdb command CMD (e.g. bt) in green thread
+#                                 ID's context; `capstan-thread all bt` does
+#                                 every thread
+#
+# Loaded automatically from the library's .debug_gdb_scripts section (see
+# gdb/gdb_support.cpp and docs/debugging.md), or by hand with
+# `source .../capstan_gdb.py`.  Nothing here runs code in the inferior: it
+# only reads memory and, for capstan-thread, registers.
+#
+# How it finds the threads
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# The run in progress lives in capstan::rts::runtime_slot (a union whose
+# member `rt` is the Runtime, runtime/runtime.hpp); capstan::rts::process.running
+# says whether a run is in progress.  rt.caps[0 .. rt.n_caps) are the
+# Capabilities; each Capability's all_head starts the list of every live
+# thread whose home it is, linked by Thread::all_next
+# (capability/capability.hpp, thread/thread.hpp).  The list is guarded by
+# Capability::all_lock; gdb reads it with the program stopped, so a list
+# being edited at that moment may look torn - the walk stops at a cycle or
+# after kMaxThreads.
+#
+# How it switches to a parked context
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A parked thread's context is one saved stack pointer, Thread::sp, pointing
+# at the frame capstan_switch pushed (asm/context_frame.h): on x86-64 SysV
+# r15 r14 r13 r12 rbx rbp at sp+0x10..0x38 and the return address at 0x40,
+# the caller's sp being sp+0x48; on AArch64 x19..x28 at sp+0x40, x29 (fp)
+# and x30 (lr, the resume pc) at sp+0x90/0x98, the caller's sp being
+# sp+0xb0.  capstan-thread does what Go's and Boost.Context's gdb helpers
+# do: it saves the selected OS thread's registers, writes the parked
+# thread's callee-saved registers, sp and pc into frame 0 (as if
+# capstan_switch had just returned in it), runs the command, and restores
+# the registers - also when the command fails.  The ucontext build
+# (-Dcontext=ucontext) keeps a ucontext_t instead; it is not supported here.
+# A green thread that is running (or is between a switch's save and its
+# load) is found by its stack: the OS thread whose sp lies inside the green
+# thread's stack runs it, and the command runs in that gdb thread instead.
+#
+# What it depends on (a change to these must update this file)
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+#   symbols   capstan::rts::runtime_slot, capstan::rts::process
+#   Runtime   caps (a std::vector: its first word is the begin pointer),
+#             n_caps, arena.usable_ (the usable size of every stack)
+#   ProcessState  running
+#   Capability    no, current, all_head, running_task
+#   Thread    id, state, why, sp, stack_lo, cap, home, bound, bound_task,
+#             is_main, label (std::string*), all_next, blocked_on, waiter,
+#             leaving, mask
+#   waiter    kind, timed;  mvar_core  n_waiters_
+#   the frame layout of asm/context_frame.h (copied below)
+# The types come from the DWARF of gdb/gdb_support.cpp, which the library
+# is always built with (-g on that one file): the rest of a release build
+# has no debug info.
+
+import gdb
+
+kMaxThreads = 1 << 22
+
+# asm/context_frame.h
+X64_FRAME = {"r15": 0x10, "r14": 0x18, "r13": 0x20, "r12": 0x28, "rbx": 0x30, "rbp": 0x38}
+X64_RIP, X64_FRAME_SIZE = 0x40, 0x48
+A64_X19, A64_X29, A64_X30, A64_FRAME_SIZE = 0x40, 0x90, 0x98, 0xb0
+
+
+class Types:
+    """The runtime's types, looked up once per objfile set."""
+
+    def __init__(self):
+        def look(name):
+            try:
+                return gdb.lookup_type(name)
+            except gdb.error:
+                raise gdb.GdbError(
+                    "capstan: no debug info for %s.  This program's capstan library "
+                    "lacks the type information the gdb commands read (built from "
+                    "gdb/gdb_support.cpp with -g); was it stripped (strip --strip-debug "
+                    "removes it too), or is the program not linked with capstan?" % name)
+
+        self.runtime = look("capstan::rts::Runtime")
+        self.process = look("capstan::rts::ProcessState")
+        self.thread = look("capstan::rts::Thread")
+        self.cap = look("capstan::rts::Capability")
+        self.void_p = gdb.lookup_type("void").pointer()
+        self.u64 = gdb.lookup_type("unsigned long")
+
+
+def _types():
+    return Types()
+
+
+def _symbol_address(name):
+    try:
+        return int(gdb.parse_and_eval("(unsigned long)&'%s'" % name))
+    except gdb.error:
+        raise gdb.GdbError("capstan: no symbol %s: is this program linked with capstan?" % name)
+
+
+def _atomic(v):
+    """The value of a std::atomic<T> (its T is at offset 0 in every library)."""
+    t = v.type.strip_typedefs().template_argument(0)
+    return v.address.cast(t.pointer()).dereference()
+
+
+def _enum_name(v):
+    return str(v).split("::")[-1]
+
+
+def _string(p):
+    """The text of a std::string* (null: None)."""
+    if int(p) == 0:
+        return None
+    s = p.dereference()
+    try:  # libstdc++
+        return s["_M_dataplus"]["_M_p"].string(length=int(s["_M_string_length"]))
+    except (gdb.error, RuntimeError):
+        return str(s)
+
+
+class Runtime:
+    def __init__(self):
+        self.types = _types()
+        proc = gdb.Value(_symbol_address("capstan::rts::process")).cast(
+            self.types.process.pointer()).dereference()
+        if not bool(_atomic(proc["running"])):
+            raise gdb.GdbError("capstan: no run in progress (capstan::run has not "
+                               "started or has returned)")
+        self.rt = gdb.Value(_symbol_address("capstan::rts::runtime_slot")).cast(
+            self.types.runtime.pointer()).dereference()
+        self.n_caps = int(self.rt["n_caps"])
+        begin = self.rt["caps"].address.cast(self.types.cap.pointer().pointer().pointer())
+        begin = begin.dereference()
+        self.caps = [begin[i] for i in range(self.n_caps)]
+        self.stack_size = int(self.rt["arena"]["usable_"])
+
+    def threads(self):
+        seen = set()
+        for cap in self.caps:
+            t = cap["all_head"]
+            while int(t) != 0 and int(t) not in seen and len(seen) < kMaxThreads:
+                seen.add(int(t))
+                yield t
+                t = t["all_next"]
+
+    def current_of(self):
+        """Thread address -> number of the capability whose current it is."""
+        return {int(c["current"]): int(c["no"]) for c in self.caps if int(c["current"]) != 0}
+
+
+def _os_thread_sps():
+    """[(gdb thread, its innermost sp)] for every live OS thread."""
+    out = []
+    inf = gdb.selected_inferior()
+    here = gdb.selected_thread()
+    frame = gdb.selected_frame() if here is not None else None
+    try:
+        for th in inf.threads():
+            if not th.is_valid() or th.is_exited() or th.is_running():
+                continue
+            th.switch()
+            try:
+                out.append((th, int(gdb.newest_frame().read_register("sp"))))
+            except gdb.error:
+                pass
+    finally:
+        if here is not None and here.is_valid():
+            here.switch()
+            if frame is not None and frame.is_valid():
+                frame.select()
+    return out
+
+
+class View:
+    """One green thread as gdb sees it."""
+
+    def __init__(self, rt, t, current, os_sps):
+        self.t = t
+        self.addr = int(t)
+        self.id = int(t["id"])
+        self.label = _string(t["label"])
+        self.state = _enum_name(t["state"])
+        self.why = _enum_name(t["why"])
+        self.sp = int(t["sp"])
+        self.lo = int(t["stack_lo"])
+        self.hi = self.lo + rt.stack_size
+        self.bound = bool(t["bound"])
+        self.cap = int(t["cap"]["no"]) if int(t["cap"]) != 0 else None
+        self.current_on = current.get(self.addr)
+        # The OS thread executing on this thread's stack, if any (running,
+        # or caught between a switch's save and load).
+        self.os_thread = None
+        self.live_sp = None
+        if self.lo:
+            for th, sp in os_sps:
+                if self.lo <= sp < self.hi:
+                    self.os_thread, self.live_sp = th, sp
+        self.stack_size = rt.stack_size
+
+    def where(self):
+        cap = "cap %d" % self.cap if self.cap is not None else "-"
+        if self.bound:
+            return "%s task %#x" % (cap, int(self.t["bound_task"]))
+        return cap
+
+    def stack_used(self):
+        sp = self.live_sp if self.live_sp is not None else self.sp
+        if not self.lo or not sp:
+            return "-"
+        return "%d/%d" % (self.hi - sp, self.stack_size)
+
+    def blocked(self):
+        if self.state != "blocked":
+            return ""
+        words = [self.why]
+        core = self.t["blocked_on"]
+        if int(core) != 0:
+            words.append("mvar_core %#x" % int(core))
+            w = self.t["waiter"]
+            if int(w) != 0:
+                words.append(_enum_name(w["kind"]) + (" timed" if bool(w["timed"]) else ""))
+            try:
+                words.append("(%d waiting)" % int(core["n_waiters_"]))
+            except gdb.error:
+                pass
+        return " ".join(words)
+
+    def running_note(self):
+        if self.os_thread is None:
+            return ""
+        return "on gdb thread %d (LWP %d)" % (self.os_thread.num, self.os_thread.ptid[1])
+
+
+def _views():
+    rt = Runtime()
+    current = rt.current_of()
+    os_sps = _os_thread_sps()
+    return rt, [View(rt, t, current, os_sps) for t in rt.threads()]
+
+
+class InfoCapstanThreads(gdb.Command):
+    """List capstan's green threads.
+
+Usage: info capstan-threads
+Columns: Id (the thread_id value), Label (label_thread), State, Where (the
+capability that runs it next, or the Task of a bound thread), Current (the
+capability it is the current thread of), Stack (bytes in use of its stack
+reservation), and what a blocked thread waits on, or the gdb thread of a
+running one (use `capstan-thread ID bt` for a backtrace)."""
+
+    def __init__(self):
+        super().__init__("info capstan-threads", gdb.COMMAND_STATUS)
+
+    def invoke(self, arg, from_tty):
+        rt, views = _views()
+        views.sort(key=lambda v: v.id)
+        rows = [("Id", "Label", "State", "Where", "Current", "Stack", "Blocked on / runs on")]
+        for v in views:
+            rows.append((str(v.id), v.label or "-", v.state, v.where(),
+                         "cap %d" % v.current_on if v.current_on is not None else "-",
+                         v.stack_used(), v.blocked() or v.running_note()))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        for r in rows:
+            gdb.write("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] + "\n")
+        gdb.write("%d green threads on %d capabilities\n" % (len(views), rt.n_caps))
+
+
+def _arch():
+    name = gdb.selected_inferior().architecture().name()
+    if "x86-64" in name:
+        return "x86_64"
+    if "aarch64" in name:
+        return "aarch64"
+    raise gdb.GdbError("capstan-thread: no saved-frame layout for architecture %s" % name)
+
+
+def _is_asm_context():
+    try:
+        gdb.parse_and_eval("&'capstan_trampoline'")
+        return True
+    except gdb.error:
+        return False
+
+
+def _saved_registers(sp):
+    """The registers of a context parked by capstan_switch at saved sp."""
+    inf = gdb.selected_inferior()
+
+    def word(off):
+        return int.from_bytes(bytes(inf.read_memory(sp + off, 8)), "little")
+
+    if _arch() == "x86_64":
+        regs = {r: word(off) for r, off in X64_FRAME.items()}
+        regs["rsp"] = sp + X64_FRAME_SIZE
+        regs["rip"] = word(X64_RIP)
+        return regs
+    regs = {"x%d" % (19 + i): word(A64_X19 + 8 * i) for i in range(10)}
+    regs["x29"] = word(A64_X29)
+    regs["x30"] = word(A64_X30)
+    regs["sp"] = sp + A64_FRAME_SIZE
+    regs["pc"] = regs["x30"]
+    return regs
+
+
+def _run_in_saved_context(sp, command):
+    regs = _saved_registers(sp)
+    frame = gdb.selected_frame()
+    gdb.newest_frame().select()
+    newest = gdb.selected_frame()
+    saved = {r: int(newest.read_register(r)) for r in regs}
+    # Write sp and pc last: each write flushes gdb's frame cache.
+    order = [r for r in regs if r not in ("rsp", "rip", "sp", "pc")]
+    order += [r for r in ("rsp", "sp", "rip", "pc") if r in regs]
+    try:
+        for r in order:
+            gdb.execute("set $%s = %#x" % (r, regs[r]), to_string=True)
+        gdb.execute(command, from_tty=False)
+    finally:
+        gdb.newest_frame().select()
+        for r in order:
+            gdb.execute("set $%s = %#x" % (r, saved[r]), to_string=True)
+        try:
+            frame.select()
+        except gdb.error:
+            pass
+
+
+def _run_in(view, command):
+    if view.os_thread is not None:
+        gdb.write("capstan: thread %d is running on gdb thread %d (LWP %d)%s; "
+                  "`thread %d` selects it. Running `%s` there:\n"
+                  % (view.id, view.os_thread.num, view.os_thread.ptid[1],
+                     ", the current thread of capability %d" % view.current_on
+                     if view.current_on is not None else "",
+                     view.os_thread.num, command))
+        here = gdb.selected_thread()
+        frame = gdb.selected_frame()
+        view.os_thread.switch()
+        try:
+            gdb.execute(command, from_tty=False)
+        finally:
+            here.switch()
+            try:
+                frame.select()
+            except gdb.error:
+                pass
+        return
+    if view.state == "finished":
+        gdb.write("capstan: thread %d has finished\n" % view.id)
+        return
+    if not view.sp:
+        gdb.write("capstan: thread %d has not started running: no context yet\n" % view.id)
+        return
+    if view.state == "running":
+        gdb.write("capstan: thread %d is marked running but no OS thread is on its stack; "
+                  "showing its last saved context\n" % view.id)
+    if not _is_asm_context():
+        raise gdb.GdbError("capstan-thread: this capstan was built with -Dcontext=ucontext; "
+                           "only the assembly context switch is supported")
+    _run_in_saved_context(view.sp, command)
+
+
+class CapstanThread(gdb.Command):
+    """Run a gdb command in a capstan green thread's context.
+
+Usage: capstan-thread ID COMMAND
+       capstan-thread all COMMAND
+ID is the thread's id (as in `info capstan-threads`).  For a parked thread
+the command runs with the registers it saved when it switched away (the
+selected OS thread's registers are restored afterwards); for a running
+thread it runs in the gdb thread executing it.  Example: capstan-thread 2 bt"""
+
+    def __init__(self):
+        super().__init__("capstan-thread", gdb.COMMAND_STACK)
+
+    def invoke(self, arg, from_tty):
+        parts = arg.split(None, 1)
+        if len(parts) < 2:
+            raise gdb.GdbError("usage: capstan-thread ID|all COMMAND  (e.g. capstan-thread 2 bt)")
+        which, command = parts
+        _, views = _views()
+        views.sort(key=lambda v: v.id)
+        if which == "all":
+            for v in views:
+                gdb.write("\ncapstan thread %d%s (%s):\n"
+                          % (v.id, " \"%s\"" % v.label if v.label else "", v.state))
+                _run_in(v, command)
+            return
+        try:
+            wanted = int(which, 0)
+        except ValueError:
+            raise gdb.GdbError("capstan-thread: %r is not a thread id" % which)
+        for v in views:
+            if v.id == wanted:
+                _run_in(v, command)
+                return
+        raise gdb.GdbError("capstan-thread: no live thread %d (live: %s)"
+                           % (wanted, " ".join(str(v.id) for v in views)))
+
+
+InfoCapstanThreads()
+CapstanThread()
