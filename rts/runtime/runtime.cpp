@@ -47,6 +47,7 @@
 #include "capstan/errors.hpp"
 #include "io/io_manager.hpp"
 #include "mvar/event.hpp"
+#include "primitives/clock.hpp"
 #include "primitives/parker.hpp"
 #include "primitives/sanitizer.hpp"
 #include "schedule/schedule.hpp"
@@ -77,6 +78,7 @@ Runtime::Runtime(const options& o)
   // always taken.
   membarrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   waits_need_lock.store(!membarrier_ok);
+  coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
   arena.configure(o.stack_size);
   caps.reserve(n_caps);
 }

@@ -27,6 +27,7 @@
 #include "mvar/event.hpp"
 #include "primitives/fault_injection.hpp"
 #include "primitives/parker.hpp"
+#include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/steal.hpp"
 #include "stats/stats.hpp"
@@ -72,6 +73,7 @@ void Ticker::loop() {
   while (!quit_.load(std::memory_order_seq_cst)) {
     futex_wait(&quit_, 0, &ts);  // sleep one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
+    rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
     sample_peaks();
     if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
       rt.shutdown_events->notify();  // Note [Shutdown]: the grace-period clock
@@ -126,6 +128,7 @@ void Ticker::loop() {
         }
       }
       rt.ticker_parked.store(0, std::memory_order_seq_cst);
+      rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);  // it may have slept long
       idle_ticks = 0;
     }
   }
