@@ -43,14 +43,17 @@
 # What it depends on (a change to these must update this file)
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 #   symbols   capstan::rts::runtime_slot, capstan::rts::process
-#   Runtime   caps (a std::vector: its first word is the begin pointer),
-#             n_caps, arena.usable_ (the usable size of every stack)
+#   Runtime   caps, tasks (std::vectors: begin and end are their first two
+#             words; a std::unique_ptr's pointer is its first word), n_caps,
+#             arena.usable_ (the usable size of every stack), coarse_now_ns
 #   ProcessState  running
-#   Capability    no, current, all_head, running_task
-#   Thread    id, state, why, sp, stack_lo, cap, home, bound, bound_task,
-#             is_main, label (std::string*), all_next, blocked_on, waiter,
-#             leaving, mask
-#   waiter    kind, timed;  mvar_core  n_waiters_
+#   Capability    no, current, all_head
+#   Task      in_safe_call
+#   Thread    id, label (std::string*), state, why, sp, stack_lo, cap, bound,
+#             bound_task, is_main, mask, all_next, blocked_on, io_wait, io_arg,
+#             wait_what, wait_op, last_ran_ns
+#   mvar_core n_waiters_; the values of waiter::what_t and kind_t (copied
+#             below, named as thread/dump.cpp names them)
 #   the frame layout of asm/context_frame.h (copied below)
 # The types come from the DWARF of gdb/gdb_support.cpp, which the library
 # is always built with (-g on that one file): the rest of a release build
@@ -84,6 +87,8 @@ class Types:
         self.process = look("capstan::rts::ProcessState")
         self.thread = look("capstan::rts::Thread")
         self.cap = look("capstan::rts::Capability")
+        self.task = look("capstan::rts::Task")
+        self.mvar_core = look("capstan::detail::mvar_core")
         self.void_p = gdb.lookup_type("void").pointer()
         self.u64 = gdb.lookup_type("unsigned long")
 
@@ -107,6 +112,24 @@ def _atomic(v):
 
 def _enum_name(v):
     return str(v).split("::")[-1]
+
+
+# detail::waiter::what_t and kind_t (capstan/detail/mvar_core.hpp), named as
+# the thread dump names them.
+WAIT_WHAT = ["mvar", "chan read", "mutex lock", "shared_mutex lock", "condition_variable wait",
+             "semaphore acquire", "latch wait", "barrier arrive_and_wait", "wait_group wait",
+             "future get", "throw_to", "runtime event"]
+WAIT_OP = {0: "take", 1: "read", 2: "put"}
+
+
+def _ms(ns):
+    if ns < 0:
+        ns = 0
+    if ns < 1000000:
+        return "%.2f ms" % (ns / 1e6)
+    if ns < 10000000000:
+        return "%d ms" % (ns // 1000000)
+    return "%.1f s" % (ns / 1e9)
 
 
 def _string(p):
@@ -135,6 +158,20 @@ class Runtime:
         begin = begin.dereference()
         self.caps = [begin[i] for i in range(self.n_caps)]
         self.stack_size = int(self.rt["arena"]["usable_"])
+        # rt.tasks: a std::vector<std::unique_ptr<Task>> (begin and end are
+        # its first two words, a unique_ptr's pointer its first word).
+        words = self.rt["tasks"].address.cast(self.types.void_p.pointer().pointer())
+        begin, end = words[0], words[1]
+        self.task_no, self.in_safe_call = {}, {}
+        for i in range((int(end) - int(begin)) // 8):
+            task = begin[i].cast(self.types.task.pointer())
+            self.task_no[int(task)] = i
+            in_call = int(_atomic(task["in_safe_call"]))
+            if in_call:
+                self.in_safe_call[in_call] = i
+        # The ticker's clock (Runtime::coarse_now_ns): "now" as of its last
+        # tick, like the thread dump's "last ran"; good to a tick.
+        self.now = int(_atomic(self.rt["coarse_now_ns"]))
 
     def threads(self):
         seen = set()
@@ -182,11 +219,21 @@ class View:
         self.id = int(t["id"])
         self.label = _string(t["label"])
         self.state = _enum_name(t["state"])
+        self.in_call = rt.in_safe_call.get(self.addr)
+        if self.in_call is not None:
+            self.state = "in-safe-call"
+        self.now = rt.now
+        self.core_type = rt.types.mvar_core
+        self.task_no = rt.task_no
+        last = int(t["last_ran_ns"])
+        self.last_ran = _ms(rt.now - last) if last and self.state != "running" else "-"
+        self.masked = _enum_name(t["mask"]) != "unmasked"
         self.why = _enum_name(t["why"])
         self.sp = int(t["sp"])
         self.lo = int(t["stack_lo"])
         self.hi = self.lo + rt.stack_size
         self.bound = bool(t["bound"])
+        self.is_main = bool(t["is_main"])
         self.cap = int(t["cap"]["no"]) if int(t["cap"]) != 0 else None
         self.current_on = current.get(self.addr)
         # The OS thread executing on this thread's stack, if any (running,
@@ -201,8 +248,11 @@ class View:
 
     def where(self):
         cap = "cap %d" % self.cap if self.cap is not None else "-"
+        if self.in_call is not None:
+            return "task %d (safe call)" % self.in_call
         if self.bound:
-            return "%s task %#x" % (cap, int(self.t["bound_task"]))
+            task = int(self.t["bound_task"])
+            return "%s, task %s" % (cap, self.task_no.get(task, "%#x" % task))
         return cap
 
     def stack_used(self):
@@ -212,20 +262,40 @@ class View:
         return "%d/%d" % (self.hi - sp, self.stack_size)
 
     def blocked(self):
+        """What a blocked thread waits on, in the words of the thread dump
+        (thread/dump.cpp, waits_on)."""
         if self.state != "blocked":
             return ""
-        words = [self.why]
-        core = self.t["blocked_on"]
-        if int(core) != 0:
-            words.append("mvar_core %#x" % int(core))
-            w = self.t["waiter"]
-            if int(w) != 0:
-                words.append(_enum_name(w["kind"]) + (" timed" if bool(w["timed"]) else ""))
+        t = self.t
+        if self.why == "on_spark":
+            return "a spark that another capability is running"
+        if self.why == "on_shutdown":
+            return "shutdown (waiting to be reclaimed)"
+        core = int(t["blocked_on"])
+        io = _enum_name(t["io_wait"])
+        arg = int(t["io_arg"])
+        if io == "sleep":
+            text = "sleep_for, due in %s" % _ms(arg - self.now)
+        elif io == "fd_read":
+            text = "fd %d to be readable" % arg
+        elif io == "fd_write":
+            text = "fd %d to be writable" % arg
+        elif io == "close_fd":
+            text = "close_fd of fd %d" % arg
+        else:
+            what = int(t["wait_what"])
+            what = WAIT_WHAT[what] if what < len(WAIT_WHAT) else "blocking primitive"
+            if what == "mvar":
+                what += " " + WAIT_OP.get(int(t["wait_op"]), "op")
+            text = what
+        text += " (mvar_core %#x" % core
+        if core:
             try:
-                words.append("(%d waiting)" % int(core["n_waiters_"]))
+                core_v = gdb.Value(core).cast(self.core_type.pointer()).dereference()
+                text += ", %d waiting" % int(core_v["n_waiters_"])
             except gdb.error:
                 pass
-        return " ".join(words)
+        return text + ")"
 
     def running_note(self):
         if self.os_thread is None:
@@ -244,11 +314,14 @@ class InfoCapstanThreads(gdb.Command):
     """List capstan's green threads.
 
 Usage: info capstan-threads
-Columns: Id (the thread_id value), Label (label_thread), State, Where (the
-capability that runs it next, or the Task of a bound thread), Current (the
-capability it is the current thread of), Stack (bytes in use of its stack
-reservation), and what a blocked thread waits on, or the gdb thread of a
-running one (use `capstan-thread ID bt` for a backtrace)."""
+Columns: Id (the thread_id value), Label (label_thread), State (runnable,
+running, blocked, finished, in-safe-call), Where (the capability that runs
+it next; a bound thread's Task, numbered as in the thread dump), Current
+(the capability it is the current thread of), Stack (bytes in use of its
+stack reservation), Last ran (how long ago it last started running, on the
+ticker's clock), and what a blocked thread waits on (as capstan's thread
+dump says it, with the address of the mvar_core it is queued on) or the gdb
+thread running it.  `capstan-thread ID bt` shows a thread's backtrace."""
 
     def __init__(self):
         super().__init__("info capstan-threads", gdb.COMMAND_STATUS)
@@ -256,11 +329,13 @@ running one (use `capstan-thread ID bt` for a backtrace)."""
     def invoke(self, arg, from_tty):
         rt, views = _views()
         views.sort(key=lambda v: v.id)
-        rows = [("Id", "Label", "State", "Where", "Current", "Stack", "Blocked on / runs on")]
+        rows = [("Id", "Label", "State", "Where", "Current", "Stack", "Last ran",
+                 "Waits on / runs on")]
         for v in views:
-            rows.append((str(v.id), v.label or "-", v.state, v.where(),
-                         "cap %d" % v.current_on if v.current_on is not None else "-",
-                         v.stack_used(), v.blocked() or v.running_note()))
+            rows.append((str(v.id), v.label or ("(main)" if v.is_main else "-"), v.state,
+                         v.where(), "cap %d" % v.current_on if v.current_on is not None else "-",
+                         v.stack_used(), v.last_ran,
+                         (v.blocked() or v.running_note()) + (", masked" if v.masked else "")))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         for r in rows:
             gdb.write("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] + "\n")

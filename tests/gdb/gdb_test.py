@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""gdb_test.py PROGRAM N - debug tests/gdb/parked_threads.cpp (built as
+"""gdb_test.py PROGRAM N [LIBDIR] - debug tests/gdb/parked_threads.cpp (built as
 PROGRAM) under gdb with +RTS -NN and check what the capstan gdb extension
 (gdb/capstan_gdb.py) shows.  The extension must come in by auto-load from
-the .debug_gdb_scripts section the library puts in PROGRAM.
+the .debug_gdb_scripts section the library puts in PROGRAM (or, when
+PROGRAM links the shared library, in libcapstan.so in LIBDIR).
 
 Checks: `info capstan-threads` lists the parked threads with their labels,
 states and what they wait on; `capstan-thread ID bt` of each parked thread
@@ -19,6 +20,7 @@ import sys
 import tempfile
 
 program, n = sys.argv[1], sys.argv[2]
+safe = [os.path.dirname(os.path.abspath(program))] + sys.argv[3:4]
 gdb = shutil.which("gdb")
 if gdb is None:
     print("gdb not installed: skipped (scripts/setup.sh installs it)")
@@ -31,8 +33,17 @@ PARKED = {"alpha": "parked_in_alpha", "beta": "parked_in_beta",
 commands = r"""
 set pagination off
 set confirm off
+echo ==before-run==\n
+python
+try:
+    gdb.execute("info capstan-threads")
+except gdb.error as e:
+    gdb.write("error: %s\n" % e)
+end
 break capstan_test_breakpoint
 run
+echo ==scripts==\n
+info auto-load python-scripts
 echo ==info==\n
 info capstan-threads
 echo ==regs-before==\n
@@ -75,8 +86,7 @@ with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
     script = f.name
 try:
     proc = subprocess.run(
-        [gdb, "-batch", "-nx",
-         "-iex", "add-auto-load-safe-path " + os.path.dirname(os.path.abspath(program)),
+        [gdb, "-batch", "-nx", "-iex", "add-auto-load-safe-path " + ":".join(safe),
          "-x", script, "--args", program, "+RTS", "-N" + n, "-RTS"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=100)
 finally:
@@ -89,6 +99,8 @@ def section(name):
     return m.group(1) if m else ""
 
 
+check(re.search(r"Yes\s+capstan_gdb.py", section("scripts")),
+      "the script was auto-loaded from .debug_gdb_scripts: %r" % section("scripts"))
 info = section("info")
 rows = {}
 for line in info.splitlines()[1:-1]:
@@ -98,15 +110,18 @@ for line in info.splitlines()[1:-1]:
 check(len(rows) >= 6, "info capstan-threads lists main, alpha..epsilon: %r" % info)
 for label in ("alpha", "beta", "gamma", "delta"):
     check(re.search(r"\bblocked\b", rows.get(label, "")), label + " is blocked")
-    check("mvar_core 0x" in rows.get(label, ""), label + " shows the mvar_core it waits on")
-check(re.search(r"on_mvar .* take", rows.get("alpha", "")), "alpha waits in a take")
-check(re.search(r"on_mvar .* put", rows.get("delta", "")), "delta waits in a put")
-check(re.search(r"on_mvar .* read", rows.get("gamma", "")) or
-      re.search(r"on_mvar .* take", rows.get("gamma", "")), "gamma waits in a chan read")
-check(re.search(r"\bcap \d+ task 0x", rows.get("delta", "")), "delta (fork_os) shows its capability and Task")
+    check(re.search(r"\(mvar_core 0x[0-9a-f]+, 1 waiting\)", rows.get(label, "")),
+          label + " shows the mvar_core it waits on")
+check("mvar take (" in rows.get("alpha", ""), "alpha waits in an mvar take")
+check(re.search(r"sleep_for, due in \d+\.\d s", rows.get("beta", "")), "beta sleeps for an hour")
+check("chan read (" in rows.get("gamma", ""), "gamma waits in a chan read")
+check("mvar put (" in rows.get("delta", ""), "delta waits in an mvar put")
+check(re.search(r"\bcap \d+, task \d+", rows.get("delta", "")),
+      "delta (fork_os) shows its capability and Task")
 check(re.search(r"\brunnable\b", rows.get("epsilon", "")), "epsilon is runnable")
 main_rows = [l for l in info.splitlines() if re.search(r"\brunning\b", l)]
-check(len(main_rows) == 1 and "cap " in main_rows[0] and "on gdb thread 1 " in main_rows[0],
+check(len(main_rows) == 1 and main_rows[0].split()[1] == "(main)" and
+      "cap 0 " in main_rows[0] and "on gdb thread 1 " in main_rows[0],
       "exactly one running thread (main), current on a capability, on gdb thread 1")
 check(re.search(r"\d+ green threads on %s capabilities" % n, info), "summary line")
 for label, row in rows.items():
@@ -117,8 +132,8 @@ for label, func in PARKED.items():
     bt = section("bt " + label)
     check(re.search(r"#\d+ .*\b%s\(" % func, bt), "backtrace of %s names %s" % (label, func))
     check("capstan_trampoline" in bt, "backtrace of %s reaches the thread's entry" % label)
-check("capstan_test_breakpoint" in section("bt -"), "bt of the running main thread")
-check("is running on gdb thread 1" in section("bt -"), "the running thread names its gdb thread")
+check("capstan_test_breakpoint" in section("bt (main)"), "bt of the running main thread")
+check("is running on gdb thread 1" in section("bt (main)"), "the running thread names its gdb thread")
 check("has not started running" in section("bt epsilon"), "epsilon has no context yet")
 check(section("regs-before") and section("regs-before") == section("regs-after"),
       "registers restored after capstan-thread")
@@ -129,6 +144,25 @@ check("no live thread 999999" in section("bad-id"), "an unknown id is reported")
 check("parked_threads: ok" in section("continue") and "exited normally" in section("continue"),
       "the program, continued, finishes correctly")
 check("Python Exception" not in out and "Traceback" not in out, "no Python errors")
+
+if len(sys.argv) == 3:  # static: the script is in PROGRAM, loaded before run
+    check("error: capstan: no run in progress" in section("before-run"),
+          "before run: says no run is in progress: %r" % section("before-run"))
+
+# Without the DWARF (strip --strip-debug, keeping the script): a clear error.
+objcopy = shutil.which("objcopy")
+if objcopy and len(sys.argv) == 3:
+    with tempfile.TemporaryDirectory() as tmp:
+        stripped = os.path.join(tmp, "stripped")
+        subprocess.run([objcopy, "--strip-debug", "--keep-section=.debug_gdb_scripts",
+                        program, stripped], check=True)
+        nodebug = subprocess.run(
+            [gdb, "-batch", "-nx", "-iex", "add-auto-load-safe-path " + tmp,
+             "-ex", "break capstan_test_breakpoint", "-ex", "run",
+             "-ex", "info capstan-threads", stripped],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=100).stdout
+    check("capstan: no debug info for capstan::rts::" in nodebug and "Traceback" not in nodebug,
+          "without the types, a clear error: %r" % nodebug)
 
 if failures:
     print(out)
