@@ -6,6 +6,10 @@
 #      (tests/install/cmake/, CMAKE_PREFIX_PATH = the installed prefix);
 #   3. meson subproject: dependency('capstan') falling back to this source
 #      tree as subprojects/capstan (tests/install/meson/).
+# Then the gdb extension (docs/debugging.md): both installed libraries carry
+# it (.debug_gdb_scripts), its copy is where gdb looks for libcapstan.so's
+# auto-load script, and, if gdb is installed, gdb loads it for the
+# pkg-config hello and `info capstan-threads` lists its threads.
 # Each program must print the right sum; the CMake one must link the
 # installed shared library and the subproject one capstan's static library.
 set -euo pipefail
@@ -36,6 +40,25 @@ flags=$(PKG_CONFIG_PATH="$pc" PKG_CONFIG_SYSROOT_DIR="$dest" pkg-config --cflags
 g++ -std=c++20 "$top/examples/hello.cpp" $flags -o "$work/hello-pkgconfig"
 out=$(LD_LIBRARY_PATH="$libdir" "$work/hello-pkgconfig" +RTS -N2 -RTS) || fail "pkg-config: hello failed"
 check_output pkg-config "$out"
+
+# gdb: the script inside both libraries, and the auto-load copy at
+# <datadir>/gdb/auto-load/<the installed library's path>-gdb.py.
+for lib in libcapstan.so libcapstan.a; do
+  readelf -p .debug_gdb_scripts "$libdir/$lib" 2>/dev/null | grep -qF capstan_gdb.py ||
+    fail "gdb: $lib has no capstan_gdb.py in its .debug_gdb_scripts section"
+done
+datadir=$(meson introspect --buildoptions "$build" |
+  python3 -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "datadir"))')
+[[ $datadir == /* ]] || datadir=$prefix/$datadir
+autoload=$dest$datadir/gdb/auto-load${libdir#"$dest"}/libcapstan.so-gdb.py
+cmp -s "$autoload" "$top/gdb/capstan_gdb.py" || fail "gdb: no copy of gdb/capstan_gdb.py at $autoload"
+if command -v gdb >/dev/null 2>&1; then
+  out=$(LD_LIBRARY_PATH="$libdir" gdb -batch -nx -iex "add-auto-load-safe-path $dest" \
+    -ex 'set breakpoint pending on' -ex 'break capstan::label_thread' -ex run \
+    -ex 'info capstan-threads' --args "$work/hello-pkgconfig" +RTS -N2 -RTS 2>&1) || true
+  grep -qE '^[0-9]+ +\(main\) ' <<<"$out" && grep -qF 'green threads on 2 capabilities' <<<"$out" ||
+    fail "gdb: info capstan-threads did not list hello's threads: $out"
+fi
 
 # 2. CMake: no CMAKE_CXX_STANDARD in the project, so C++20 and -pthread
 # must come from capstan::capstan.
@@ -70,4 +93,4 @@ fi
 out=$("$work/meson/build/hello" +RTS -N2 -RTS) || fail "meson: hello failed"
 check_output "meson subproject" "$out"
 
-echo "install check: examples/hello.cpp builds and runs against capstan via pkg-config, CMake (find_package) and a meson subproject"
+echo "install check: examples/hello.cpp builds and runs against capstan via pkg-config, CMake (find_package) and a meson subproject; the gdb extension is installed and loads"
