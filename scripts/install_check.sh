@@ -44,7 +44,7 @@ check_output pkg-config "$out"
 # gdb: the script inside both libraries, and the auto-load copy at
 # <datadir>/gdb/auto-load/<the installed library's path>-gdb.py.
 for lib in libcapstan.so libcapstan.a; do
-  readelf -p .debug_gdb_scripts "$libdir/$lib" 2>/dev/null | grep -qF capstan_gdb.py ||
+  readelf -z -p .debug_gdb_scripts "$libdir/$lib" 2>/dev/null | grep -qF capstan_gdb.py ||
     fail "gdb: $lib has no capstan_gdb.py in its .debug_gdb_scripts section"
 done
 datadir=$(meson introspect --buildoptions "$build" |
