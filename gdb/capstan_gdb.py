@@ -390,7 +390,12 @@ def _run_in_saved_context(sp, command):
     order += [r for r in ("rsp", "sp", "rip", "pc") if r in regs]
     try:
         for r in order:
-            gdb.execute("set $%s = %#x" % (r, regs[r]), to_string=True)
+            try:
+                gdb.execute("set $%s = %#x" % (r, regs[r]), to_string=True)
+            except gdb.error as e:
+                raise gdb.GdbError("capstan-thread: cannot switch to a parked thread here "
+                                   "(%s); it writes registers, so it needs a live process, "
+                                   "not a core file" % e)
         gdb.execute(command, from_tty=False)
     finally:
         gdb.newest_frame().select()
