@@ -35,7 +35,10 @@
 # thread's callee-saved registers, sp and pc into frame 0 (as if
 # capstan_switch had just returned in it), runs the command, and restores
 # the registers - also when the command fails.  The ucontext build
-# (-Dcontext=ucontext) keeps a ucontext_t instead; it is not supported here.
+# (-Dcontext=ucontext, asm/context_ucontext.cpp) saves a pointer to a Frame
+# that starts with the ucontext_t glibc's swapcontext filled; on x86-64 its
+# gregs are read instead (told apart by the symbol capstan_trampoline,
+# which only the assembly switch defines).
 # A green thread that is running (or is between a switch's save and its
 # load) is found by its stack: the OS thread whose sp lies inside the green
 # thread's stack runs it, and the command runs in that gdb thread instead.
@@ -54,7 +57,8 @@
 #             wait_what, wait_op, last_ran_ns
 #   mvar_core n_waiters_; the values of waiter::what_t and kind_t (copied
 #             below, named as thread/dump.cpp names them)
-#   the frame layout of asm/context_frame.h (copied below)
+#   the frame layout of asm/context_frame.h (copied below), and for the
+#   ucontext build glibc's x86-64 ucontext_t (the offset of its gregs)
 # The types come from the DWARF of gdb/gdb_support.cpp, which the library
 # is always built with (-g on that one file): the rest of a release build
 # has no debug info.
@@ -67,6 +71,10 @@ kMaxThreads = 1 << 22
 X64_FRAME = {"r15": 0x10, "r14": 0x18, "r13": 0x20, "r12": 0x28, "rbx": 0x30, "rbp": 0x38}
 X64_RIP, X64_FRAME_SIZE = 0x40, 0x48
 A64_X19, A64_X29, A64_X30, A64_FRAME_SIZE = 0x40, 0x90, 0x98, 0xb0
+# glibc's x86-64 ucontext_t: uc_mcontext.gregs at 40, indexed by REG_*.
+UC_GREGS = 40
+UC_X64_REGS = {"r12": 4, "r13": 5, "r14": 6, "r15": 7, "rbp": 10, "rbx": 11,
+               "rsp": 15, "rip": 16}
 
 
 class Types:
@@ -366,7 +374,16 @@ def _saved_registers(sp):
     def word(off):
         return int.from_bytes(bytes(inf.read_memory(sp + off, 8)), "little")
 
-    if _arch() == "x86_64":
+    arch = _arch()
+    if not _is_asm_context():
+        if arch != "x86_64":
+            raise gdb.GdbError("capstan-thread: the ucontext build is supported on x86-64 "
+                               "only; this is %s" % arch)
+        # context_ucontext.cpp: sp points at a Frame starting with the
+        # ucontext_t that glibc's swapcontext filled: gregs at offset 40,
+        # rsp and rip as capstan_switch's call to swapcontext returns.
+        return {r: word(UC_GREGS + 8 * i) for r, i in UC_X64_REGS.items()}
+    if arch == "x86_64":
         regs = {r: word(off) for r, off in X64_FRAME.items()}
         regs["rsp"] = sp + X64_FRAME_SIZE
         regs["rip"] = word(X64_RIP)
@@ -436,9 +453,6 @@ def _run_in(view, command):
     if view.state == "running":
         gdb.write("capstan: thread %d is marked running but no OS thread is on its stack; "
                   "showing its last saved context\n" % view.id)
-    if not _is_asm_context():
-        raise gdb.GdbError("capstan-thread: this capstan was built with -Dcontext=ucontext; "
-                           "only the assembly context switch is supported")
     _run_in_saved_context(view.sp, command)
 
 
