@@ -44,7 +44,8 @@ check_output pkg-config "$out"
 # gdb: the script inside both libraries, and the auto-load copy at
 # <datadir>/gdb/auto-load/<the installed library's path>-gdb.py.
 for lib in libcapstan.so libcapstan.a; do
-  readelf -z -p .debug_gdb_scripts "$libdir/$lib" 2>/dev/null | grep -qF capstan_gdb.py ||
+  # grep -c reads all of it: with -q, readelf could die of SIGPIPE (pipefail).
+  readelf -z -p .debug_gdb_scripts "$libdir/$lib" 2>/dev/null | grep -cF capstan_gdb.py >/dev/null ||
     fail "gdb: $lib has no capstan_gdb.py in its .debug_gdb_scripts section"
 done
 datadir=$(meson introspect --buildoptions "$build" |
