@@ -130,7 +130,7 @@ for label, row in rows.items():
 
 for label, func in PARKED.items():
     bt = section("bt " + label)
-    check(re.search(r"#\d+ .*\b%s\(" % func, bt), "backtrace of %s names %s" % (label, func))
+    check(re.search(r"#\d+ .*\b%s ?\(" % func, bt), "backtrace of %s names %s" % (label, func))
     check("capstan::rts::thread_entry" in bt, "backtrace of %s reaches the thread's entry" % label)
 check("capstan_test_breakpoint" in section("bt (main)"), "bt of the running main thread")
 check("is running on gdb thread 1" in section("bt (main)"), "the running thread names its gdb thread")

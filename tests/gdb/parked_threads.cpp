@@ -15,11 +15,14 @@
 #include <capstan/capstan.hpp>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 
 namespace {
 
-int g_sink = 0;  // keeps the parked functions from being tail calls
+// Keeps the parked functions from being tail calls (atomic: the threads
+// may run on different capabilities).
+std::atomic<int> g_sink{0};
 
 [[gnu::noinline, gnu::noipa]] int parked_in_alpha(capstan::mvar<int>& box) {
   int v = box.take();
