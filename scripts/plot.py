@@ -22,7 +22,7 @@ ratio as "12.3x faster" (or "slower"; "better"/"worse" for metrics that are
 not times or rates), honouring the metrics where higher is better.
 
 A file that is not what the command expects gives a one-line error and
-exit status 2.  Debian's matplotlib lives in /usr/lib/python3; when this
+exit status 2; exit status 3 means matplotlib is missing.  Debian's matplotlib lives in /usr/lib/python3; when this
 script is run by another python3 (e.g. a pyenv one) that lacks matplotlib,
 it re-runs itself under /usr/bin/python3.
 """
@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+NO_MATPLOTLIB = 3   # exit status when no python3 here has matplotlib
 
 
 class BadInput(Exception):
@@ -58,8 +59,9 @@ def import_matplotlib():
             and not os.environ.get("CAPSTAN_PLOT_REEXEC")):
         os.environ["CAPSTAN_PLOT_REEXEC"] = "1"
         os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__), *sys.argv[1:]])
-    sys.exit("plot.py: matplotlib is not installed (scripts/setup.sh installs "
-             "python3-matplotlib; or: apt-get install python3-matplotlib)")
+    print("plot.py: matplotlib is not installed (scripts/setup.sh installs "
+          "python3-matplotlib; or: apt-get install python3-matplotlib)", file=sys.stderr)
+    sys.exit(NO_MATPLOTLIB)
 
 
 # ---------------------------------------------------------------- trace
@@ -500,6 +502,212 @@ def cmd_trace(args):
     print(f"wrote {args.out}{note}", file=sys.stderr)
 
 
+# ---------------------------------------------------------------- table
+
+CAPSTAN_COLOUR = "#1f5fa8"
+GHC_COLOUR = "#e07b1a"
+BETTER_COLOUR = "#1d7a33"
+WORSE_COLOUR = "#b8322a"
+NEAR_COLOUR = "#666666"
+NEAR = 1.05    # ratios closer to 1 than this are shown grey: noise, here
+TIME_UNITS = ("ns", "us", "ms", "s")
+
+
+def load_results(path):
+    """Read run.py's --json output; return (header dict, rows); raise
+    BadInput if it is not one."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise BadInput(f"cannot read {path}: {e.strerror}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path} is not benchmark results: not JSON ({e})")
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise BadInput(f"{path} is not benchmark results: no \"rows\" list "
+                       "(nofib_like/run.py --json writes them)")
+    rows = []
+    for i, r in enumerate(data["rows"]):
+        try:
+            row = dict(program=str(r["program"]), caps=int(r["caps"]),
+                       metric=str(r["metric"]), unit=str(r.get("unit") or r["metric"]),
+                       higher=bool(r.get("higher_is_better")),
+                       capstan=series_of(r["capstan"]),
+                       ghc=series_of(r["ghc"]) if r.get("ghc") else None)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise BadInput(f"{path} is not benchmark results: row {i} is malformed ({e!r})")
+        rows.append(row)
+    if not rows:
+        raise BadInput(f"{path} has no benchmark rows")
+    return data, rows
+
+
+def series_of(d):
+    """(median, min, max, error) of one implementation's results; a
+    median that is missing or not positive (no log scale) is None."""
+    def num(k):
+        v = d.get(k)
+        return float(v) if isinstance(v, (int, float)) and v > 0 else None
+    med = num("median")
+    err = d.get("error")
+    return (med, num("min") or med, num("max") or med,
+            str(err) if err else (None if med else "no result"))
+
+
+def ratio_text(row):
+    """("2.7x faster", colour) comparing capstan's median with GHC's,
+    honouring higher-is-better metrics; ("", None) without both."""
+    c, g = row["capstan"][0], row["ghc"][0] if row["ghc"] else None
+    if not c or not g:
+        return "", None
+    better = c > g if row["higher"] else c < g
+    factor = max(c, g) / min(c, g)
+    unit = row["unit"]
+    timed = (unit.split("/")[0] in TIME_UNITS or unit.endswith("/s")
+             or row["metric"].rsplit("_", 1)[-1] in TIME_UNITS)
+    words = ("faster", "slower") if timed else ("better", "worse")
+    if factor < 1.005:
+        return "the same", NEAR_COLOUR
+    text = f"{fmt_value(factor)}\u00d7 {words[0] if better else words[1]}"
+    if factor < NEAR:
+        return text, NEAR_COLOUR   # within the noise of this machine
+    return text, BETTER_COLOUR if better else WORSE_COLOUR
+
+
+def fmt_value(v):
+    """A median in at most 4 characters or so: 0.116, 13.5, 4353, 13.4k, 1.75M."""
+    if v is None:
+        return "-"
+    if v >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if v >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.3g}"
+
+
+def render_table(data, rows, out):
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
+    # Group the rows by program, in their order; -N1 above -N2.
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["program"], []).append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: r["caps"])
+    nsub = sum(len(g) for g in groups.values())
+    gap = 0.6
+    height = 1.6 + 0.26 * nsub + 0.12 * gap * len(groups)
+    fig, ax = plt.subplots(figsize=(13, height))
+    top_in, bottom_in = 1.05, 0.75
+    fig.subplots_adjust(left=0.20, right=0.64, top=1 - top_in / height,
+                        bottom=bottom_in / height)
+    right = blended_transform_factory(ax.transAxes, ax.transData)
+    left = blended_transform_factory(fig.transFigure, ax.transData)
+
+    y = 0.0
+    yticks, ylabels = [], []
+    values = []
+    for gi, (prog, group) in enumerate(groups.items()):
+        first = y
+        for r in group:
+            yticks.append(y)
+            ylabels.append(f"-N{r['caps']}")
+            c, g = r["capstan"], r["ghc"]
+            pts = [(s, colour, marker) for s, colour, marker in
+                   ((c, CAPSTAN_COLOUR, "o"), (g, GHC_COLOUR, "D")) if s and s[0]]
+            if len(pts) == 2:
+                ax.plot([c[0], g[0]], [y, y], color="#bbbbbb", linewidth=2.2,
+                        solid_capstyle="butt", zorder=1)
+            for (med, lo, hi, _), colour, marker in pts:
+                ax.plot([lo, hi], [y, y], color=colour, linewidth=1.0, zorder=2)
+                ax.plot([med], [y], marker=marker, color=colour, markersize=6.5 if marker == "o" else 5.5,
+                        linestyle="none", zorder=3)
+                values += [lo, hi]
+            # The right-hand column: medians, then the ratio.
+            if c[0]:
+                text = fmt_value(c[0])
+                if g and g[0]:
+                    text += f" vs {fmt_value(g[0])}"
+                elif g:
+                    text += " vs FAIL"
+                else:
+                    text += "  (no twin)"
+            else:
+                text = "FAIL" + (f" vs {fmt_value(g[0])}" if g and g[0] else "")
+            ax.text(1.02, y, text, transform=right, va="center", fontsize=8.5,
+                    color="#333333")
+            word, colour = ratio_text(r)
+            if c[3]:
+                word, colour = "capstan failed", WORSE_COLOUR
+            elif g and g[3]:
+                word, colour = "twin failed", NEAR_COLOUR
+            if word:
+                ax.text(1.32, y, word, transform=right, va="center", fontsize=8.5,
+                        color=colour, fontweight="bold")
+            y += 1
+        mid = (first + y - 1) / 2
+        unit = group[0]["unit"] + ("  (higher is better)" if group[0]["higher"] else "")
+        ax.annotate(prog, (0.005, mid), xycoords=left, xytext=(0, 1),
+                    textcoords="offset points", va="bottom", ha="left",
+                    fontsize=9.5, fontweight="bold")
+        ax.annotate(unit, (0.005, mid), xycoords=left, xytext=(0, -1.5),
+                    textcoords="offset points", va="top", ha="left",
+                    fontsize=8, color="#555555")
+        if gi % 2 == 0:
+            ax.axhspan(first - 0.5 - gap / 2 + 0.3, y - 0.5 + gap / 2 - 0.3 + 0.0,
+                       color="#f3f3f3", zorder=0)
+        y += gap
+
+    ax.set_xscale("log")
+    if values:
+        lo, hi = min(values), max(values)
+        ax.set_xlim(lo / 2, hi * 2)
+    ax.set_ylim(y - gap + 0.2, -0.8)
+    ax.set_yticks(yticks)
+    ax.set_yticklabels(ylabels, fontsize=8)
+    ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", labelsize=8.5, top=True, labeltop=True)
+    ax.grid(axis="x", which="major", color="#dddddd", linewidth=0.7)
+    ax.set_axisbelow(True)
+    ax.set_xlabel("median, in each row's own unit (log scale); whiskers: min..max of the runs",
+                  fontsize=9)
+    for side in ("left", "right"):
+        ax.spines[side].set_visible(False)
+    ax.text(1.02, -0.75, "capstan vs GHC", transform=right, fontsize=9, fontweight="bold",
+            va="bottom")
+    ax.text(1.32, -0.75, "capstan is", transform=right, fontsize=9, fontweight="bold",
+            va="bottom")
+
+    ghc = data.get("ghc")
+    title = "capstan against its GHC twins" + (f" (GHC {ghc})" if ghc else "")
+    fig.text(0.005, 1 - 0.12 / height, title, fontsize=13, fontweight="bold", va="top")
+    sub = ", ".join(str(x) for x in (data.get("date"), data.get("machine")) if x)
+    if data.get("reps"):
+        sub += f"; medians of {data['reps']} runs"
+    if sub:
+        fig.text(0.005, 1 - 0.45 / height, sub, fontsize=8.5, color="#555555", va="top")
+    legend = [Line2D([], [], marker="o", color=CAPSTAN_COLOUR, linestyle="none", label="capstan"),
+              Line2D([], [], marker="D", color=GHC_COLOUR, linestyle="none", label="GHC twin"),
+              Line2D([], [], color="#888888", linewidth=1, label="min..max")]
+    fig.legend(handles=legend, loc="upper right", ncol=3, fontsize=9, frameon=False,
+               bbox_to_anchor=(0.995, 1 - 0.08 / height))
+    if data.get("command"):
+        fig.text(0.005, 0.1 / height, f"command: {data['command']}", fontsize=7.5,
+                 color="#777777", va="bottom")
+    save(fig, out)
+
+
+def cmd_table(args):
+    data, rows = load_results(args.results)
+    import_matplotlib()
+    render_table(data, rows, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -514,6 +722,10 @@ def main():
                    help="a capability row with more spans than this in the window "
                         "is drawn binned (default 20000)")
     t.set_defaults(run=cmd_trace)
+    b = sub.add_parser("table", help="draw the nofib_like results (run.py --json)")
+    b.add_argument("results", help="the results (JSON, e.g. build/nofib_results.json)")
+    b.add_argument("-o", "--out", required=True, help="the PNG to write")
+    b.set_defaults(run=cmd_table)
     args = ap.parse_args()
     try:
         args.run(args)

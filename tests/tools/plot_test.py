@@ -7,6 +7,7 @@ fixtures here, and bad input gives a one-line error and a non-zero exit.
 Exits 77 (meson's "skipped") when no python3 with matplotlib is installed.
 """
 
+import importlib.util
 import json
 import os
 import struct
@@ -20,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PLOT = ROOT / "scripts" / "plot.py"
 SAMPLE_TRACE = HERE / "sample_trace.json"
+SAMPLE_RESULTS = HERE / "sample_results.json"
 
 
 def python_with_matplotlib():
@@ -37,6 +39,13 @@ PYTHON = python_with_matplotlib()
 def plot(*args):
     return subprocess.run([PYTHON, str(PLOT), *map(str, args)],
                           capture_output=True, text=True, timeout=120)
+
+
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def png_size(path):
@@ -84,16 +93,28 @@ class Trace(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def render(self, trace, *extra):
-        out = self.dir / "out.png"
-        p = plot("trace", trace, "-o", out, *extra)
-        self.assertEqual(p.returncode, 0, p.stderr)
+    def check_png(self, out):
         w, h = png_size(out)
         self.assertGreaterEqual(w, 1000)
         self.assertGreaterEqual(h, 300)
         self.assertGreater(out.stat().st_size, 20_000)
-        self.stderr = p.stderr
         return w, h
+
+    def render(self, trace, *extra):
+        """Through the command line, as a user runs it."""
+        out = self.dir / "out.png"
+        p = plot("trace", trace, "-o", out, *extra)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("wrote", p.stderr)
+        return self.check_png(out)
+
+    def render_here(self, trace, lo=None, hi=None, max_spans=20000):
+        """In this process (one matplotlib import for them all); returns
+        (height, the rows drawn binned)."""
+        out = self.dir / "here.png"
+        binned = PLOTPY.render_trace(PLOTPY.load_trace(trace), out, lo, hi,
+                                     max_spans=max_spans)
+        return self.check_png(out)[1], binned
 
     def test_sample(self):
         w, h = self.render(SAMPLE_TRACE)
@@ -103,11 +124,18 @@ class Trace(unittest.TestCase):
         runs_only = self.dir / "runs.json"
         runs_only.write_text(json.dumps(
             {"traceEvents": [e for e in events if e.get("cat") == "thread"]}))
-        _, h_runs = self.render(runs_only)
+        h_runs, _ = self.render_here(runs_only)
         self.assertGreater(h, h_runs)
 
     def test_window(self):
         self.render(SAMPLE_TRACE, "--from-ms", "1.0", "--to-ms", "1.5")
+
+    def test_only_tasks(self):
+        events = json.loads(SAMPLE_TRACE.read_text())["traceEvents"]
+        tasks = self.dir / "tasks.json"
+        tasks.write_text(json.dumps(
+            {"traceEvents": [e for e in events if e.get("cat") == "foreign"]}))
+        self.render_here(tasks)
 
     def test_dense_rows_are_binned(self):
         # Spans far above --max-spans take the binned path.
@@ -122,10 +150,10 @@ class Trace(unittest.TestCase):
                 t += 3.5
         dense = self.dir / "dense.json"
         dense.write_text(json.dumps({"traceEvents": events}))
-        self.render(dense, "--max-spans", "100")
-        self.assertIn("binned: cap 0, cap 1", self.stderr)
-        self.render(dense)
-        self.assertNotIn("binned", self.stderr)
+        self.assertEqual(self.render_here(dense, max_spans=100)[1], ["cap 0", "cap 1"])
+        self.assertEqual(self.render_here(dense)[1], [])
+        # A window with few spans is drawn span by span again.
+        self.assertEqual(self.render_here(dense, 1.0, 1.2, max_spans=100)[1], [])
 
     def test_bad_input(self):
         bad = {"notjson.json": "this is not json\n",
@@ -146,8 +174,99 @@ class Trace(unittest.TestCase):
             self.assertFalse(out.exists(), case)
 
 
+class Table(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def render(self, results, here=False):
+        out = self.dir / "table.png"
+        if here:
+            PLOTPY.render_table(*PLOTPY.load_results(results), out)
+        else:
+            p = plot("table", results, "-o", out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        w, h = png_size(out)
+        self.assertGreaterEqual(w, 1000)
+        self.assertGreater(out.stat().st_size, 20_000)
+        return h
+
+    def test_sample(self):
+        # Rows with a twin, without one, failed on either side, and a
+        # higher-is-better metric.
+        h = self.render(SAMPLE_RESULTS)
+        data = json.loads(SAMPLE_RESULTS.read_text())
+        data["rows"] = data["rows"][:2]
+        few = self.dir / "few.json"
+        few.write_text(json.dumps(data))
+        self.assertGreater(h, self.render(few, here=True))
+
+    def test_what_run_py_writes(self):
+        # run.py's --json rows (json_rows), from results as its runner
+        # collects them, are what plot.py table reads.
+        run = load_module("run", ROOT / "nofib_like" / "run.py")
+        ring = next(b for b in run.BENCHMARKS if b.name == "ring")
+        chan = next(b for b in run.BENCHMARKS if b.name == "chan")
+        runs = lambda *vs: [{"ns_per_hop": v, "rss_kb": 4000.0} for v in vs]
+        cells = {(ring, ("1000",), 1): {"capstan": (runs(40.0, 39.0, 43.0), None),
+                                        "ghc": (runs(44.0, 45.0, 43.0), None)},
+                 (ring, ("1000",), 2): {"capstan": (runs(54.0), "killed by SIGSEGV"),
+                                        "ghc": (runs(86.0, 85.0, 90.0), None)},
+                 (chan, ("1000",), 1): {"capstan": ([{"items_per_s": 5e7}], None)}}
+        rows = run.json_rows(cells, have_ghc=True)
+        self.assertEqual([r["caps"] for r in rows], [1, 2, 1])
+        self.assertEqual(rows[0]["capstan"], {"median": 40.0, "min": 39.0, "max": 43.0,
+                                              "runs": 3, "error": None,
+                                              "secondary": {"rss_kb": 4000.0}})
+        self.assertEqual(rows[0]["unit"], "ns/hop")
+        self.assertIsNone(rows[1]["capstan"]["median"])
+        self.assertEqual(rows[1]["capstan"]["error"], "killed by SIGSEGV")
+        self.assertIsNone(rows[2]["ghc"])
+        self.assertTrue(rows[2]["higher_is_better"])
+        results = self.dir / "results.json"
+        results.write_text(json.dumps({"rows": rows}))
+        self.render(results, here=True)
+
+    def test_bad_input(self):
+        bad = {"notjson.json": "{", "norows.json": json.dumps({"traceEvents": []}),
+               "empty_rows.json": json.dumps({"rows": []}),
+               "malformed.json": json.dumps({"rows": [{"program": "ring"}]})}
+        for name, text in bad.items():
+            (self.dir / name).write_text(text)
+        for case in [self.dir / n for n in bad] + [SAMPLE_TRACE]:
+            out = self.dir / "bad.png"
+            p = plot("table", case, "-o", out)
+            self.assertEqual(p.returncode, 2, case)
+            self.assertNotIn("Traceback", p.stderr, case)
+            self.assertTrue(p.stderr.startswith("plot.py: "), p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertFalse(out.exists(), case)
+
+    def test_without_matplotlib(self):
+        # Status 3 (scripts/bench.sh then skips the picture), one line.
+        # -S hides the installed packages; the variable stops the re-run
+        # under /usr/bin/python3.
+        env = dict(os.environ, CAPSTAN_PLOT_REEXEC="1")
+        p = subprocess.run([PYTHON, "-S", str(PLOT), "table", str(SAMPLE_RESULTS),
+                            "-o", str(self.dir / "x.png")],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("matplotlib is not installed", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+
 if __name__ == "__main__":
     if PYTHON is None:
         print("skipped: no python3 with matplotlib (scripts/setup.sh installs it)")
         sys.exit(77)
+    if os.path.realpath(PYTHON) != os.path.realpath(sys.executable):
+        # Some renders run in this process: run under the python that has
+        # matplotlib.
+        os.execv(PYTHON, [PYTHON, __file__, *sys.argv[1:]])
+    import matplotlib
+    matplotlib.use("Agg")
+    PLOTPY = load_module("plot", PLOT)
     unittest.main()
