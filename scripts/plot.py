@@ -290,12 +290,12 @@ def render_trace(tr, out, lo=None, hi=None, max_spans=20000, bins=None):
     if extra:
         rows.append(("extra", 0.35 + 0.3 * extra))
     heights = [h for _, h in rows]
-    fig_h = sum(heights) + 1.5
+    fig_h = sum(heights) + 1.7
     fig, axes = plt.subplots(len(rows), 1, sharex=True, figsize=(width_in, fig_h),
                              gridspec_kw=dict(height_ratios=heights, hspace=0.12))
     axes = np.atleast_1d(axes)
     ax_of = {key: ax for (key, _), ax in zip(rows, axes)}
-    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.55 / fig_h, bottom=0.5 / fig_h)
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / fig_h, bottom=0.8 / fig_h)
     ncaps = max(len(caps), tr.caps_declared or 0, 1)
     title = tr.program
     if tr.caps_declared or caps:
@@ -314,9 +314,12 @@ def render_trace(tr, out, lo=None, hi=None, max_spans=20000, bins=None):
         total += busy_per_bin(s, e, edges)
     total /= edges[1] - edges[0]
     ax.fill_between(np.repeat(edges, 2)[1:-1], 0, np.repeat(total, 2),
-                    color=RUN_COLOUR, linewidth=0, step=None)
+                    color=RUN_COLOUR, linewidth=0)
     ax.set_ylim(0, ncaps * 1.05)
-    ax.set_yticks(range(ncaps + 1))
+    if ncaps <= 8:
+        ax.set_yticks(range(ncaps + 1))
+    else:
+        ax.yaxis.get_major_locator().set_params(integer=True, nbins=5)
     ax.set_ylabel("activity\n(capabilities)", fontsize=8.5)
     ax.grid(axis="y", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
@@ -356,6 +359,7 @@ def render_trace(tr, out, lo=None, hi=None, max_spans=20000, bins=None):
         pts = sorted(tr.counters.get(c, []), key=lambda p: p[0])
         handles = []
         top = 0.0
+        since = "+" if lo > t0 else ""   # counts within a window: increments
         for name, colour in SPARK_COLOURS.items():
             xs = np.array([ts for ts, v in pts if name in v])
             ys = np.array([v[name] for ts, v in pts if name in v])
@@ -364,15 +368,15 @@ def render_trace(tr, out, lo=None, hi=None, max_spans=20000, bins=None):
             # Cumulative counters: each holds its value until the next
             # sample; shown as counts since the window's start.
             at = np.concatenate([[0.0], ys])
-            base = at[np.searchsorted(xs, lo, side="right")]
-            end = at[np.searchsorted(xs, hi, side="right")]
-            inside = (xs > lo) & (xs <= hi)
+            base = at[np.searchsorted(xs, lo, side="left")]   # before the window
+            end = at[np.searchsorted(xs, hi, side="right")]   # at its end
+            inside = (xs >= lo) & (xs <= hi)
             sx = np.concatenate([[lo], xs[inside], [hi]])
             sy = np.concatenate([[base], ys[inside], [end]]) - base
             ax.step(sx, sy, where="post", color=colour, linewidth=1.3)
             top = max(top, sy.max())
             handles.append(Line2D([], [], color=colour, linewidth=1.5,
-                                  label=f"{name} {int(end - base):,}"))
+                                  label=f"{name} {since}{int(end - base):,}"))
         marks = tr.instants.get(c, {})
         nmarks = sum(len(v) for v in marks.values())
         if marks and nmarks <= 5000:
@@ -465,8 +469,8 @@ def render_trace(tr, out, lo=None, hi=None, max_spans=20000, bins=None):
         legend.append(Patch(color=IN_CALL_COLOUR, label="in-call"))
     if has_io:
         legend.append(Patch(color=IO_COLOUR, label="io manager waiting"))
-    fig.legend(handles=legend, loc="upper right", ncol=len(legend), fontsize=8,
-               frameon=False, bbox_to_anchor=(0.99, 1.0))
+    fig.legend(handles=legend, loc="lower left", ncol=len(legend), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.06, 0.0))
     notes = []
     if binned:
         notes.append(f"dense rows binned ({bins} bins)")
@@ -475,7 +479,7 @@ def render_trace(tr, out, lo=None, hi=None, max_spans=20000, bins=None):
     if tr.skipped:
         notes.append(f"{tr.skipped} malformed events ignored")
     if notes:
-        fig.text(0.99, 0.003, "; ".join(notes), ha="right", va="bottom", fontsize=7.5,
+        fig.text(0.99, 0.995, "; ".join(notes), ha="right", va="top", fontsize=7.5,
                  color="#555555")
     save(fig, out)
     return binned
