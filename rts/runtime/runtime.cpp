@@ -112,6 +112,16 @@ struct MainClosure {
 
 void main_invoke(void* p) {
   auto* c = static_cast<MainClosure*>(p);
+  if (rt.opts.dump_on_sigquit) {
+    // The IO manager's loop turns SIGQUIT into a thread dump; without it
+    // the program still runs, and says so.
+    try {
+      io_start();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "capstan: +RTS --dump-on-sigquit: {}; SIGQUIT will not dump threads\n",
+                 e.what());
+    }
+  }
   c->fn(c->ctx);  // run<>'s wrapper: catches everything main throws
   shutdown_protocol();
 }

@@ -29,6 +29,7 @@
 #include "primitives/parker.hpp"
 #include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/hog_warning.hpp"
 #include "schedule/steal.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
@@ -70,6 +71,7 @@ void Ticker::loop() {
   int idle_ticks = 0;
   unsigned slice_ticks = 0;
   StallTicker stalls;
+  HogWarner hogs;
   while (!quit_.load(std::memory_order_seq_cst)) {
     futex_wait(&quit_, 0, &ts);  // sleep one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
@@ -91,6 +93,7 @@ void Ticker::loop() {
     // Note [Stealing from a stalled capability]: the backstop for a stall
     // that began while every idle capability slept.
     stalls.tick();
+    hogs.tick();  // Note [Warning about a hog]
     // Note [Lazy release]: work that reached a free capability through the
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)

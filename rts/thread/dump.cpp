@@ -57,12 +57,6 @@ namespace capstan::rts {
 //  * The loads are exempt from ThreadSanitizer (no_sanitize), since the
 //    race is deliberate: the owners' plain stores stay plain, so the hot
 //    paths pay nothing for dumps.
-template <class T>
-[[gnu::noinline, gnu::no_sanitize("thread")]] static T snap(const T& field) noexcept {
-  T v;
-  __atomic_load(&field, &v, __ATOMIC_RELAXED);
-  return v;
-}
 
 namespace {
 
