@@ -174,12 +174,15 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <system_error>
 
 #include "capstan/errors.hpp"
+#include "runtime/runtime.hpp"
+#include "thread/dump.hpp"
 
 namespace capstan::rts {
 
@@ -231,6 +234,15 @@ void IoManager::start() {
     if (rc == 0) rc = uv_timer_init(&loop_, &timer_);
     if (rc != 0) start_failed("uv_timer_init", rc);
     timer_ok = true;
+    // +RTS --dump-on-sigquit: libuv turns the signal into a callback on
+    // this loop's thread, where dumping is safe (no async-signal context).
+    if (rt.opts.dump_on_sigquit) {
+      rc = uv_signal_init(&loop_, &sigquit_);
+      if (rc != 0) start_failed("uv_signal_init", rc);
+      sigquit_ok_ = true;
+      rc = uv_signal_start(&sigquit_, &IoManager::on_sigquit, SIGQUIT);
+      if (rc != 0) start_failed("uv_signal_start(SIGQUIT)", rc);
+    }
     loop_.data = this;
     stopping_.store(false, std::memory_order_relaxed);
     armed_for_ = -1;
@@ -245,6 +257,8 @@ void IoManager::start() {
   } catch (...) {
     if (async_ok) uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
     if (timer_ok) uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+    if (sigquit_ok_) uv_close(reinterpret_cast<uv_handle_t*>(&sigquit_), nullptr);
+    sigquit_ok_ = false;
     uv_run(&loop_, UV_RUN_NOWAIT);  // runs the close callbacks
     if (int crc = uv_loop_close(&loop_); crc != 0)
       fmt::print(stderr, "capstan: internal error: uv_loop_close after a failed start: {}\n",
@@ -444,7 +458,11 @@ void IoManager::stop_everything() {
   drop_timers();
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  if (sigquit_ok_) uv_close(reinterpret_cast<uv_handle_t*>(&sigquit_), nullptr);
+  sigquit_ok_ = false;
 }
+
+void IoManager::on_sigquit(uv_signal_t*, int) { dump_all_threads(stderr, "SIGQUIT"); }
 
 }  // namespace iomgr
 }  // namespace capstan::rts

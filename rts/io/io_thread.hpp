@@ -156,6 +156,7 @@ class IoManager {
   void start();
   void thread_main();
   static void on_async(uv_async_t* a);
+  static void on_sigquit(uv_signal_t* s, int signum);  // +RTS --dump-on-sigquit
   static void on_timer(uv_timer_t* t);
   static void on_poll(uv_poll_t* p, int status, int events);
   static void on_poll_closed(uv_handle_t* h) { delete static_cast<FdEntry*>(h->data); }
@@ -207,6 +208,8 @@ class IoManager {
   uv_loop_t loop_;
   uv_async_t async_;
   uv_timer_t timer_;
+  uv_signal_t sigquit_;       // [io thread] +RTS --dump-on-sigquit only
+  bool sigquit_ok_ = false;   // [life_mu_ / io thread] sigquit_ is initialised
 
   // The request queue: any thread pushes, the IO thread takes all.
   MpscStack<Msg, &Msg::next> queue_;

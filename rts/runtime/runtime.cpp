@@ -47,6 +47,7 @@
 #include "capstan/errors.hpp"
 #include "io/io_manager.hpp"
 #include "mvar/event.hpp"
+#include "primitives/clock.hpp"
 #include "primitives/parker.hpp"
 #include "primitives/sanitizer.hpp"
 #include "schedule/schedule.hpp"
@@ -71,6 +72,7 @@ Runtime::Runtime(const options& o)
   // always taken.
   membarrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   waits_need_lock.store(!membarrier_ok);
+  coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
   arena.configure(o.stack_size);
   caps.reserve(n_caps);
 }
@@ -110,6 +112,16 @@ struct MainClosure {
 
 void main_invoke(void* p) {
   auto* c = static_cast<MainClosure*>(p);
+  if (rt.opts.dump_on_sigquit) {
+    // The IO manager's loop turns SIGQUIT into a thread dump; without it
+    // the program still runs, and says so.
+    try {
+      io_start();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "capstan: +RTS --dump-on-sigquit: {}; SIGQUIT will not dump threads\n",
+                 e.what());
+    }
+  }
   c->fn(c->ctx);  // run<>'s wrapper: catches everything main throws
   shutdown_protocol();
 }

@@ -92,6 +92,10 @@ struct Runtime {
   SharedCounter deadlock_stood_down;                                   // internally synchronised (thread/fates.hpp)
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
   std::chrono::steady_clock::time_point started;  // [start]
+  // A clock read without a system call: now_ns() as of the ticker's last
+  // tick (written every tick and when it wakes; relaxed: a diagnostic clock
+  // for Thread::last_ran_ns, accurate to a tick).
+  std::atomic<std::int64_t> coarse_now_ns{0};    // [atomic]
   Ticker ticker;                                 // started and stopped by run_main
 };
 

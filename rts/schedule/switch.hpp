@@ -117,6 +117,7 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
       to->has_eh = false;
     }
     to->state = ThreadState::running;
+    to->last_ran_ns = rt.coarse_now_ns.load(std::memory_order_relaxed);  // for dumps
     cap->current = to;
     // An exception was thrown to `to` while it was off the CPU: make its
     // next safe point look (Note [Raising asynchronously]).
