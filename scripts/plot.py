@@ -159,6 +159,9 @@ def load_trace(path):
         if fid in starts:
             tr.flows.append((*starts[fid], tid, ts))
     if not tr.spans and not tr.counters and not tr.instants:
+        if tr.names:
+            raise BadInput(f"{path} has nothing to draw: only track names, "
+                           "no spans, counters or markers")
         raise BadInput(f"{path} is not a capstan trace: no spans, counters or markers")
     return tr
 
