@@ -12,8 +12,8 @@
 //   * where: the capability that runs it next, or its Task when bound;
 //   * stack bytes in use of its reservation, from the saved stack pointer
 //     (a parked thread only: a running thread's is moving);
-//   * how long since it last started running (Thread::last_ran_ns, on the
-//     ticker's coarse clock: accurate to a tick).
+//   * how long since it last ran (switched away: Thread::last_ran_ns, on
+//     the ticker's coarse clock, so accurate to a tick).
 //
 // Rejected: stopping the world for a consistent picture (as Go does).  A
 // dump is asked for when something looks stuck or slow; stopping every
@@ -165,7 +165,8 @@ std::string describe(const Thread* t, const Where& w, std::int64_t now, std::int
   }
   std::int64_t ran = snap(t->last_ran_ns);
   if (state != ThreadState::running && ran != 0)
-    line += fmt::format(", last ran {} ago", ms_text(coarse - ran));
+    line += coarse > ran ? fmt::format(", last ran {} ago", ms_text(coarse - ran))
+                         : std::string(", last ran within the last tick");
   return line;
 }
 
