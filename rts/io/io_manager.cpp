@@ -488,14 +488,14 @@ void IoManager::close_trace_handles() noexcept {
 
 void IoManager::on_prepare(uv_prepare_t* p) {
   auto* self = static_cast<IoManager*>(p->loop->data);
-  self->wait_start_ns_ = now_ns();
+  self->wait_start_ns_ = trace_now();
   self->idle_before_ = uv_metrics_idle_time(p->loop);
 }
 
 void IoManager::on_check(uv_check_t* c) {
   auto* self = static_cast<IoManager*>(c->loop->data);
   auto waited = static_cast<std::int64_t>(uv_metrics_idle_time(c->loop) - self->idle_before_);
-  if (self->wait_start_ns_ != 0) trace_io_wait(self->wait_start_ns_, self->wait_start_ns_ + waited);
+  if (self->wait_start_ns_ != 0) trace_io_wait(self->wait_start_ns_, waited);
 }
 
 }  // namespace iomgr

@@ -32,9 +32,9 @@ struct waiter {
   rts::Thread* thread = nullptr;
   void* slot = nullptr;    // take/read: where to put the value; put: the value
   kind_t kind = take;
+  what_t what = mvar;      // next to kind: the runtime copies both in one store
   outcome_t outcome = served;
   bool timed = false;      // take_for: a timer may end the wait (Note [Timed takes])
-  what_t what = mvar;
 };
 
 // Note [Waking after unlock]
