@@ -21,6 +21,7 @@ done
 # name | extra pan compile flags | pan run flags | broken variants
 models=(
   "capability_sleep|-DSAFETY||BROKEN BROKEN_FENCE"
+  "capability_handover|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_TICKER"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")
