@@ -22,6 +22,7 @@ done
 models=(
   "capability_sleep|-DSAFETY||BROKEN BROKEN_FENCE"
   "capability_handover|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_TICKER"
+  "mvar_block|-DSAFETY||BROKEN BROKEN_RECHECK BROKEN_WAKE"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")
