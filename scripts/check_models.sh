@@ -23,6 +23,7 @@ models=(
   "capability_sleep|-DSAFETY||BROKEN BROKEN_FENCE"
   "capability_handover|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_TICKER"
   "mvar_block|-DSAFETY||BROKEN BROKEN_RECHECK BROKEN_WAKE"
+  "spark_steal|-DSAFETY||BROKEN BROKEN_COMPLETE"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")
