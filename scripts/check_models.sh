@@ -24,6 +24,7 @@ models=(
   "capability_handover|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_TICKER"
   "mvar_block|-DSAFETY||BROKEN BROKEN_RECHECK BROKEN_WAKE"
   "spark_steal|-DSAFETY||BROKEN BROKEN_COMPLETE"
+  "io_wakeup|-DSAFETY||BROKEN BROKEN_ORDER BROKEN_GATE"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")
