@@ -30,7 +30,10 @@
  *    unparked.
  *
  * Abstractions.  The inbox and the run queue are two flags each (W, M);
- * draining moves both; a returning M goes to the front.  Running W or
+ * draining moves both; a returning M goes to the front.  The holder's
+ * loop is its scheduling decisions: a running thread reaches its next
+ * safe point (where kReturning sends it to the scheduler) in finite time,
+ * so the holder is modelled as deciding again after each thread.  Running W or
  * finishing M is setting a flag.  The holder's idle() is the sleep
  * hand-shake without the spin phase and sparks.  The spare list is a set.
  * running_task is read and written sequentially consistently: a stale read
