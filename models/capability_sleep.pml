@@ -114,7 +114,8 @@ idle:
   if
   :: !spark_wake ->
 sleeping:
-       atomic { parker == 1 -> parker = 0 }   /* Parker::park */
+       /* Parker::park: an exchange, which drains the store buffer */
+       atomic { !sb_full && parker == 1 -> parker = 0 }
   :: else -> skip
   fi;
   store_buffered(HELD);                       /* hold.store(held, relaxed) */
