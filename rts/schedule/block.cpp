@@ -26,7 +26,7 @@ void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after) {
   cur->why = WhyBlocked::on_mvar;
   Thread* next = pick(cap);
   task->post.unlock = unlock_after;
-  switch_to(task, cap, cur, next, false);
+  switch_to(task, cap, cur, next, false, SwitchWhy::blocked);
 }
 
 // Note [Migrating to a spark's capability]
@@ -46,7 +46,7 @@ void migrate_current_to(Capability* target) {
   Thread* next = pick(cap);
   task->post.migrant = cur;
   task->post.migrate_to = target;
-  switch_to(task, cap, cur, next, false);
+  switch_to(task, cap, cur, next, false, SwitchWhy::migrated);
 }
 
 // Note [Wake-up affinity]
@@ -60,6 +60,8 @@ void migrate_current_to(Capability* target) {
 // runs no green thread, or of locked threads, go to the thread's own
 // capability through its inbox.
 void wake(Thread* t) noexcept {
+  if (rt.tracing) [[unlikely]]
+    trace_wake(t);  // Note [Wake-up flows]
   t->state = ThreadState::runnable;
   t->why = WhyBlocked::not_blocked;
   Task* task = my_task_before_switch();  // wake never switches
@@ -77,6 +79,8 @@ void wake(Thread* t) noexcept {
 }
 
 void wake_home(Thread* t) noexcept {
+  if (rt.tracing) [[unlikely]]
+    trace_wake(t);  // Note [Wake-up flows]
   t->state = ThreadState::runnable;
   t->why = WhyBlocked::not_blocked;
   Capability* home = t->cap;  // read before the push: t may run at once after it
