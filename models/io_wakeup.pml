@@ -47,10 +47,10 @@
  *    the IO thread's last drain (shutdown's check after join).
  *
  * Broken variants:
- *   -DBROKEN        the pusher sends before it pushes (it looks at the
- *                   head, sends if it is empty, then pushes): the callback
- *                   can drain before the push, and a second pusher, finding
- *                   the stack non-empty, sends nothing - both sleep for ever.
+ *   -DBROKEN        the pusher decides to send before it pushes (it looks
+ *                   at the head, sends if it is empty, then pushes): a push
+ *                   can land on a stack the callback has just emptied, with
+ *                   no send after it - its thread sleeps for ever.
  *   -DBROKEN_ORDER  on_async drains first and reads the stop flag after:
  *                   a message pushed between the two is never drained.
  *   -DBROKEN_GATE   shutdown closes the gate but does not wait for the
