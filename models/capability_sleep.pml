@@ -17,8 +17,11 @@
  *
  * Abstractions.  The inbox is a count (push = the seq_cst CAS, take_all =
  * the exchange); running a drained thread is counting it in `ran`.  The
- * spin phase's relaxed peeks (inbox_or_stop) may see the work or not: a
- * nondeterministic choice.  Sparks are left out except spark_wake: an idle
+ * relaxed peeks (inbox_or_stop) read the current value: a peek that reads
+ * an older value is the same as a peek made earlier in another
+ * interleaving, which the search also covers; and the peek after a
+ * wake-up cannot be stale for what the waker published before its unpark
+ * (the Parker's release/acquire exchange).  Sparks are left out except spark_wake: an idle
  * capability's own pool is empty (a pool fills only while its owner runs).
  * The Parker is its sticky word: park() = wait until 1, then consume it
  * (the futex re-checks the word atomically, so this is exact).
@@ -90,10 +93,10 @@ end:
  * running what it found (drain_inbox), and idling again until stop. */
 active proctype IdleTask() {
 idle:
-  /* Spin phase: relaxed peeks at inbox_or_stop; may miss (a hint). */
+  /* Spin phase: relaxed peeks at inbox_or_stop (see the header). */
   if
   :: (inbox > 0 || stop) -> goto found
-  :: true -> skip   /* spun kSpinNs without seeing anything */
+  :: else -> skip   /* spun kSpinNs without seeing anything */
   fi;
   /* cap->hold.store(Hold::sleeping, seq_cst) */
 #ifdef BROKEN_FENCE
@@ -123,7 +126,7 @@ sleeping:
   /* found = inbox_or_stop(cap): else spin again */
   if
   :: (inbox > 0 || stop) -> goto found
-  :: true -> goto idle    /* (also when the peek misses: spin again) */
+  :: else -> goto idle
   fi;
 found:
   /* The scheduler: drain_inbox (take_all) and run what came; stop ends it. */
