@@ -9,12 +9,16 @@
  * lib/include/capstan/mvar.hpp, mvar_core::park/publish_wait/serve in
  * rts/mvar/mvar_core.cpp, and post_throw in rts/schedule/raise.cpp (Note
  * [Raising asynchronously]: the thrower takes the blocker's wait_lock and
- * tries the mvar lock; the blocker decides to park under wait_lock).
+ * tries the mvar lock; the blocker decides to park under wait_lock), and
+ * Note [Timed takes] in rts/mvar/mvar_core.cpp (park_timed,
+ * expire_timed_take: the timer on the IO thread ends a take_for).
  *
- * Parties: one mvar, initially empty; takers T1 and T2; a putter P that
- * puts twice (so it may block on a mfull mvar and be served by a take's
+ * Parties: one mvar, initially empty; taker T1 (take); taker T2
+ * (take_for, whose timer may fire at any moment, then take - so a stale
+ * timer can meet a later, untimed wait); a putter P that puts three times
+ * (so it may block on a full mvar and be served by a take's
  * refill_from_putter); a thrower K that kill_threads T1 once.  Each runs
- * on its own capability.
+ * on its own capability; T2's timer runs on the IO thread.
  *
  * Abstractions.  The value is a flag (mfull) and the values handed over
  * are counted; the waiter FIFO is an array of thread ids.  A switch is two
@@ -35,8 +39,10 @@
  * exists, is outside this model (waits_need_lock is on).
  *
  * Properties.
- *  - No lost wake-up: in every interleaving every thread finishes (two
- *    puts, two takes): no invalid end state, and the assertion at timeout;
+ *  - No lost wake-up: in every interleaving every thread finishes (three
+ *    puts, three values wanted): no invalid end state, and the assertion
+ *    at timeout; exactly one party ends each wait, and only a timed wait
+ *    times out;
  *    the values are conserved (taken + left in the mvar == put).
  *  - A thread is made runnable only once its context is saved, and at
  *    most once per block (assertions in wake).
@@ -55,14 +61,18 @@
  *   -DBROKEN_WAKE    core_op wakes the served threads before unlocking:
  *                    the woken thread resumes while its waker still holds
  *                    the mvar.
+ *   -DBROKEN_TOKEN   the timer does not compare timed_seq with its token:
+ *                    a stale expiry (its take_for was served) ends T2's
+ *                    next, untimed take as timed out.
  */
 
 #define T1 0
 #define T2 1
 #define P  2
 #define K  3
+#define TM 4          /* T2's timer (expire_timed_take, on the IO thread) */
 #define NT 3          /* threads that use the mvar */
-#define NPUT 2
+#define NPUT 3
 
 bool mlock;           /* mvar_core::locked_ */
 bool mfull;            /* value_ */
@@ -75,8 +85,10 @@ bool saved[NT];       /* the thread's context is saved (it is off the CPU) */
 bool runnable[NT];    /* woken, not yet resumed */
 bool pending[NT];     /* Thread::async_pending (a queued ThrowMsg) [wait_lock] */
 bool live[NT];        /* Thread::live_id still the thrower's [wait_lock] */
-byte nops[NT + 1];    /* ghost: operations each party began on the mvar */
-byte touching[NT + 1];/* ghost: the operation a party is inside (lock..unlock), or 0 */
+byte timed_seq[NT];   /* Thread::timed_seq [wait_lock] */
+byte timed_next[NT];  /* Thread::timed_next [the thread] */
+byte nops[NT + 2];    /* ghost: operations each party began on the mvar */
+byte touching[NT + 2];/* ghost: the operation a party is inside (lock..unlock), or 0 */
 byte woken_by[NT];    /* ghost: who made the thread runnable, */
 byte woken_op[NT];    /* ghost: in which of its operations */
 bool finished[NT];
@@ -85,6 +97,7 @@ byte raised;          /* kills raised in T1 */
 
 #define SERVED      1
 #define INTERRUPTED 2
+#define TIMED_OUT   3
 
 inline lock_m(me) {
   atomic { !mlock -> mlock = 1; nops[me]++; touching[me] = nops[me] }
@@ -139,12 +152,17 @@ inline serve(t, me, i) {
   outcome[t] = SERVED
 }
 
-/* The blocking half shared by take and put (lock held, nothing to do
- * now): enqueue, publish_wait, park_current, after_wait.  Sets `killed`
- * if an exception ended the wait instead. */
-inline block(me, i, killed) {
+/* The blocking half shared by take, take_for and put (lock held, nothing
+ * to do now): enqueue, publish_wait, (io_add_timeout,) park_current,
+ * after_wait.  Sets `killed` if an exception ended the wait instead, and
+ * `timedout` if the timer did (timed waits only). */
+inline block(me, i, killed, timed, timedout, token) {
   enqueue(me);
   outcome[me] = 0;
+  if
+  :: timed -> timed_next[me]++; token = timed_next[me]
+  :: else -> token = 0
+  fi;
   /* publish_wait: decide under wait_lock */
   lock_w(me);
 #ifndef BROKEN_RECHECK
@@ -160,7 +178,13 @@ inline block(me, i, killed) {
   fi;
 #endif
   blocked_on[me] = 1;
+  timed_seq[me] = token;
   unlock_w(me);
+  /* io_add_timeout: the timer may fire from now on (Note [Timed takes]) */
+  if
+  :: timed -> run Timer(me, token)
+  :: else -> skip
+  fi;
   /* park_current: switch away holding the lock; the landing side
    * (after_switch) releases it once the context is saved. */
 #ifdef BROKEN
@@ -174,9 +198,14 @@ inline block(me, i, killed) {
   atomic { runnable[me] -> runnable[me] = 0; saved[me] = 0 }
   /* Note [Waking after unlock]: the waker no longer touches the mvar. */
   assert(touching[woken_by[me]] != woken_op[me]);
+  if
+  :: timed -> lock_w(me); timed_seq[me] = 0; unlock_w(me)
+  :: else -> skip
+  fi;
   /* after_wait */
   if
   :: outcome[me] == INTERRUPTED -> killed = 1
+  :: outcome[me] == TIMED_OUT -> assert(timed); timedout = 1
   :: else -> assert(outcome[me] == SERVED)
   fi;
 unblocked:
@@ -213,37 +242,81 @@ inline end_thread(me) {
   finished[me] = 1
 }
 
-proctype Taker(byte me) {
-  byte i, served;
-  bool killed;
-  served = NT;
-  lock_m(me);
+/* expire_timed_take (rts/mvar/mvar_core.cpp): fires at any moment after
+ * io_add_timeout - also after the wait ended and the timer was cancelled
+ * (Note [Cancelling a timer]): a stale expiry must do nothing. */
+proctype Timer(byte t; byte token) {
+  byte i;
+retry:
+  lock_w(t);
   if
-  :: mfull ->
-       /* take_value, refill_from_putter */
-       mfull = 0;
-       taken++;
-       if
-       :: qlen > 0 ->
-            served = q[0];            /* a putter: its value goes in */
-            serve(served, me, i);
-            mfull = 1
-       :: else -> skip
-       fi;
-       finish_op(me, served)
+#ifdef BROKEN_TOKEN
+  :: !blocked_on[t] -> unlock_w(t)          /* (no look at timed_seq) */
+#else
+  :: timed_seq[t] != token || !blocked_on[t] -> unlock_w(t)
+#endif
   :: else ->
-       block(me, i, killed);
        if
-       :: killed -> raised++
-       :: else -> taken++             /* the putter filled dest */
+       :: atomic { !mlock -> mlock = 1; nops[TM]++; touching[TM] = nops[TM] } ->
+            remove(t, i);
+            outcome[t] = TIMED_OUT;
+            blocked_on[t] = 0;
+            unlock_w(t);
+            unlock_m(TM);
+            wake(t, TM)
+       :: else -> unlock_w(t); goto retry     /* try_lock failed: back off */
        fi
+  fi
+}
+
+/* T1: take().  T2: take_for(d), then take(): it wants two values; a
+ * take_for that timed out is followed by another take. */
+proctype Taker(byte me) {
+  byte i, served, token, want;
+  bool killed, timed, timedout;
+  want = 1;
+  timed = 0;
+  if
+  :: me == T2 -> want = 2; timed = 1
+  :: else -> skip
   fi;
+  do
+  :: want == 0 -> break
+  :: want > 0 ->
+       served = NT;
+       killed = 0;
+       timedout = 0;
+       lock_m(me);
+       if
+       :: mfull ->
+            /* take_value, refill_from_putter */
+            mfull = 0;
+            taken++;
+            if
+            :: qlen > 0 ->
+                 served = q[0];       /* a putter: its value goes in */
+                 serve(served, me, i);
+                 mfull = 1
+            :: else -> skip
+            fi;
+            finish_op(me, served);
+            want--
+       :: else ->
+            block(me, i, killed, timed, timedout, token);
+            if
+            :: killed -> raised++; want = 0
+            :: timedout -> skip       /* take_for gave up: take again */
+            :: else -> taken++; want--   /* the putter filled dest */
+            fi
+       fi;
+       timed = 0                      /* T2's second operation is a plain take */
+  od;
   end_thread(me)
 }
 
 active proctype Putter() {
-  byte i, served, n;
-  bool killed;
+  byte i, served, n, token;
+  bool killed, timedout;
   n = 0;
   do
   :: n == NPUT -> break
@@ -259,7 +332,7 @@ active proctype Putter() {
             fi;
             finish_op(P, served)
        :: else ->
-            block(P, i, killed);
+            block(P, i, killed, 0, timedout, token);
             assert(!killed)           /* nobody throws to P */
        fi;
        n++
