@@ -85,6 +85,7 @@
 //     first, the cancel is a no-op; otherwise it stops the timer/poll.
 //     Each of the two messages is pushed at most once, so the intrusive
 //     `next` links never alias.
+// Checked by models/io_wakeup.pml (docs/models.md).
 //
 // Note [Requests are shared]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -147,6 +148,7 @@
 // pusher either enters before the clearing (and shutdown waits for it) or
 // finds the gate closed.  A pusher stays inside for an allocation and a
 // push, so the wait is short.
+// Checked by models/io_wakeup.pml (docs/models.md).
 // The two calls are noexcept, as destructors need, and must not lose their
 // message when memory is short: if new fails, the Request comes from a
 // fixed reserve of kReserve slots, each claimed with a CAS (acquire) and

@@ -132,6 +132,7 @@ void mvar_core::park(waiter& w) {
 // after the expiry began: then the expiry finds timed_seq cleared, or
 // holding a later wait's token, and does nothing (Note [Cancelling a timer]
 // in io/timers.cpp).
+// Checked by models/mvar_block.pml (docs/models.md).
 namespace {
 
 void expire_timed_take(void* arg, std::uint64_t token) noexcept {

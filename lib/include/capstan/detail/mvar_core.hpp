@@ -44,6 +44,7 @@ struct waiter {
 // once woken, it may return and destroy the mvar at once (a `done` mvar on
 // its stack, say).  Serving dequeues the waiter and settles its outcome
 // under the lock; waking touches only the runtime's Thread.
+// Checked by models/mvar_block.pml (docs/models.md).
 class wake_list {
  public:
   void add(rts::Thread* thread) noexcept {
