@@ -30,6 +30,7 @@
 #include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/hog_warning.hpp"
+#include "schedule/idle.hpp"
 #include "schedule/steal.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
@@ -104,7 +105,7 @@ void Ticker::loop() {
     if (expire) slice_ticks = 0;
     bool any_busy = false;
     for (Capability* c : rt.caps) {
-      if (!c->idle.load(std::memory_order_relaxed)) {
+      if (!resting(c)) {
         if (expire) request_context_switch(c);
         any_busy = true;
       }
