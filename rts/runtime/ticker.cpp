@@ -94,7 +94,7 @@ void Ticker::loop() {
     // Note [Stealing from a stalled capability]: the backstop for a stall
     // that began while every idle capability slept.
     stalls.tick();
-    hogs.tick();  // Note [Warning about a hog]
+    hogs.tick(std::chrono::duration_cast<std::chrono::nanoseconds>(period_).count());  // Note [Warning about a hog]
     // Note [Lazy release]: work that reached a free capability through the
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)
