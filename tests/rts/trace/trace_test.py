@@ -137,6 +137,12 @@ def main():
                 ev = invariants(trace, where, n)
                 check(any(e["ph"] == "X" and e["cat"] == "thread" and e["args"]["thread"] == 1
                           for e in ev), f"{where}: main's run is missing")
+    # A trace file that cannot be created: said on stderr, and the run goes on.
+    bad = os.path.join(tmp, "no-such-dir", "x.json")
+    r = run(program, "mix", 2, bad)
+    check(r.returncode == 0 and f"cannot write the trace to {bad}" in r.stderr and
+          "running untraced" in r.stderr and "stat context_switches=" in r.stdout,
+          f"unwritable trace file: exit {r.returncode}, stderr {r.stderr!r}")
     for f in failures:
         print("FAIL:", f)
     print(f"trace_test: {len(failures)} failure(s)")
