@@ -67,10 +67,18 @@ void HogWarner::tick(std::int64_t period_ns) {
     std::uint64_t id = snap(t->id);
     if (c->sched_epoch.load(std::memory_order_acquire) != epoch) continue;  // it moved on
     if (!warned_.insert(id).second) continue;
-    std::string name;
-    Capability* home = t->home;
+    // Its label is read under its home's all_lock, and only while it is
+    // still on that list (a thread that finished meanwhile may have been
+    // recycled): a walk of the list, once per warning.
+    std::string name = fmt::format("thread {}", id);
+    Capability* home = snap(t->home);
     home->all_lock.lock();
-    name = thread_name(t);
+    for (const Thread* x = home->all_head; x; x = x->all_next) {
+      if (x == t) {
+        if (x->id == id) name = thread_name(t);
+        break;
+      }
+    }
     home->all_lock.unlock();
     fmt::print(stderr,
                "capstan: {} has held capability {} for {} ms without reaching a safe point while "
