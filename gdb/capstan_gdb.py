@@ -54,7 +54,7 @@
 #   Task      in_safe_call
 #   Thread    id, label (std::string*), state, why, sp, stack_lo, cap, bound,
 #             bound_task, is_main, mask, all_next, blocked_on, io_wait, io_arg,
-#             wait_what, wait_op, last_ran_ns
+#             wait_tag.op, wait_tag.what, last_ran_ns
 #   mvar_core n_waiters_; the values of waiter::what_t and kind_t (copied
 #             below, named as thread/dump.cpp names them)
 #   the frame layout of asm/context_frame.h (copied below), and for the
@@ -291,10 +291,11 @@ class View:
         elif io == "close_fd":
             text = "close_fd of fd %d" % arg
         else:
-            what = int(t["wait_what"])
+            tag = t["wait_tag"]
+            what = int(tag["what"])
             what = WAIT_WHAT[what] if what < len(WAIT_WHAT) else "blocking primitive"
             if what == "mvar":
-                what += " " + WAIT_OP.get(int(t["wait_op"]), "op")
+                what += " " + WAIT_OP.get(int(tag["op"]), "op")
             text = what
         text += " (mvar_core %#x" % core
         if core:
@@ -326,7 +327,7 @@ Columns: Id (the thread_id value), Label (label_thread), State (runnable,
 running, blocked, finished, in-safe-call), Where (the capability that runs
 it next; a bound thread's Task, numbered as in the thread dump), Current
 (the capability it is the current thread of), Stack (bytes in use of its
-stack reservation), Last ran (how long ago it last started running, on the
+stack reservation), Last ran (how long ago it last stopped running, on the
 ticker's clock), and what a blocked thread waits on (as capstan's thread
 dump says it, with the address of the mvar_core it is queued on) or the gdb
 thread running it.  `capstan-thread ID bt` shows a thread's backtrace."""
@@ -405,6 +406,15 @@ def _run_in_saved_context(sp, command):
     # Write sp and pc last: each write flushes gdb's frame cache.
     order = [r for r in regs if r not in ("rsp", "rip", "sp", "pc")]
     order += [r for r in ("rsp", "sp", "rip", "pc") if r in regs]
+    # Also put back orig_rax (x86-64 Linux): writing the pc of a thread
+    # stopped in a system call may clear it to keep the kernel from
+    # restarting the call, which would change what the program sees.
+    restore = list(order)
+    try:
+        saved["orig_rax"] = int(newest.read_register("orig_rax"))
+        restore.append("orig_rax")
+    except (gdb.error, ValueError):
+        pass
     try:
         for r in order:
             try:
@@ -416,7 +426,7 @@ def _run_in_saved_context(sp, command):
         gdb.execute(command, from_tty=False)
     finally:
         gdb.newest_frame().select()
-        for r in order:
+        for r in restore:
             gdb.execute("set $%s = %#x" % (r, saved[r]), to_string=True)
         try:
             frame.select()

@@ -41,6 +41,8 @@
 #include "schedule/schedule.hpp"
 #include "task/handover.hpp"
 #include "thread/dump.hpp"
+#include "trace/trace.hpp"
+#include "primitives/clock.hpp"
 
 namespace capstan::detail {
 
@@ -170,6 +172,8 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   }
   task->bound_thread = t;
   task->bound_done = false;
+  std::int64_t started_ns = rt.tracing ? trace_now() : 0;
+  std::uint64_t thread_no = t->id;  // t is recycled once it finishes
   if (got) {
     take_capability(task, got);
     got->run_queue.push_front(t);
@@ -180,6 +184,8 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   }
 
   schedule(task);  // returns once t has finished and the capability is given up
+  if (rt.tracing) [[unlikely]]
+    trace_in_call(task, thread_no, started_ns);
 
   bool finished = task->bound_done;
   task->bound_done = false;

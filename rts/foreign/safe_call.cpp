@@ -39,6 +39,7 @@
 // flag and sticky Parker survive any interleaving.  Latency: the returner
 // waits for the holder's next safe point, not for a tick (GHC waits ~14 ms
 // here for the tick that makes the holder yield).
+// Checked by models/capability_handover.pml (docs/models.md).
 //
 // Note [Lazy release]
 // ~~~~~~~~~~~~~~~~~~~
@@ -56,6 +57,7 @@
 // releases a capability (release_capability) uses the seq_cst hand-shake.
 // This is Go's trade (sysmon retakes Ps in syscalls), with the common case
 // handled without waiting for the monitor at all.
+// Checked by models/capability_handover.pml, whose ticker-less variant strands work.
 //
 // Note [Unbound threads on a bound Task]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -79,6 +81,7 @@
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
 #include "task/handover.hpp"
+#include "trace/trace.hpp"
 
 namespace capstan::detail {
 
@@ -107,6 +110,8 @@ namespace {
     Capability* c = task->cap;
     c->current = cur;
     cur->state = ThreadState::running;
+    if (rt.tracing) [[unlikely]]
+      trace_resume(c, cur);
     errno = saved_errno;
     return;
   }
@@ -138,6 +143,8 @@ void safe_call_enter(safe_call_frame& f) {
   // A call may block for long: its timeouts need timers (Note [Timeouts]).
   if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts(cur);
   task->in_safe_call.store(cur, std::memory_order_relaxed);
+  if (rt.tracing) [[unlikely]]
+    trace_safe_call_enter(task->cap, task, cur);
   Capability* cap = drop_capability(task);
   f.task = task;
   f.thread = cur;
@@ -159,6 +166,8 @@ void safe_call_leave(safe_call_frame& f, bool f_threw) {
     task->in_safe_call.store(nullptr, std::memory_order_relaxed);
     take_capability(task, cap);
     cap->current = cur;
+    if (rt.tracing) [[unlikely]]
+      trace_resume(cap, cur);
   } else {
     // May resume on another OS thread: touch no thread-local here after it
     // (errno included - see Note [TLS across a switch]); the switch itself

@@ -55,6 +55,7 @@
 #include "sparks/pool.hpp"
 #include "stats/stats.hpp"
 #include "task/overflow_handler.hpp"
+#include "trace/writer.hpp"
 
 namespace capstan::rts {
 
@@ -118,6 +119,16 @@ struct MainClosure {
 
 void main_invoke(void* p) {
   auto* c = static_cast<MainClosure*>(p);
+  if (rt.opts.dump_on_sigquit) {
+    // The IO manager's loop turns SIGQUIT into a thread dump; without it
+    // the program still runs, and says so.
+    try {
+      io_start();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "capstan: +RTS --dump-on-sigquit: {}; SIGQUIT will not dump threads\n",
+                 e.what());
+    }
+  }
   c->fn(c->ctx);  // run<>'s wrapper: catches everything main throws
   shutdown_protocol();
 }
@@ -157,6 +168,7 @@ void abandon_start(Task* task0) noexcept {
     set_my_task(nullptr);
   }
   reclaim_leftovers();
+  trace_stop();
 }
 
 }  // namespace
@@ -227,6 +239,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     main_thread->bound_task = task0;
     task0->bound_thread = main_thread;
 
+    trace_start();  // +RTS -l: before any other OS thread (rt.tracing is [start])
     for (unsigned i = 1; i < rt.n_caps; ++i) start_os_thread(initial[i], rt.scheduler_loop);
     rt.ticker.start(o.timeslice);
   } catch (...) {
@@ -248,6 +261,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   set_my_task(nullptr);
   rt.shutdown_events = nullptr;
   io_shutdown();  // the IO thread wakes nobody from here on
+  trace_stop();   // every thread that records has gone: complete the file
   auto abandoned = reclaim_leftovers();
   for (Capability* c : rt.caps) spark_pool_release(c);  // leftovers count as GC'd
   auto final_stats = snapshot_statistics();

@@ -44,6 +44,7 @@
 namespace capstan::rts {
 
 class Event;
+class TraceBuffer;
 
 struct Runtime {
   explicit Runtime(const options& o);
@@ -96,6 +97,13 @@ struct Runtime {
   // tick (written every tick and when it wakes; relaxed: a diagnostic clock
   // for Thread::last_ran_ns, accurate to a tick).
   std::atomic<std::int64_t> coarse_now_ns{0};    // [atomic]
+  // The event trace (+RTS -l): see trace/trace.hpp.  The buffers are made
+  // by trace_start before any other OS thread, freed by trace_stop after
+  // all have gone.
+  bool tracing = false;                          // [start]
+  TraceBuffer* trace_io = nullptr;               // [start] the IO manager thread's buffer
+  TraceBuffer* trace_misc = nullptr;             // [start] shared: under trace_misc_mu
+  std::mutex trace_misc_mu;
   Ticker ticker;                                 // started and stopped by run_main
 };
 

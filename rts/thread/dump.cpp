@@ -7,13 +7,13 @@
 //     capability's current), runnable, blocked, finished;
 //   * what a blocked thread waits on: the IO manager's wait (Thread::io_wait:
 //     a sleep's deadline, an fd), else the primitive and operation of its
-//     mvar_core wait (Thread::wait_what / wait_op) and that core's address
+//     mvar_core wait (Thread::wait_tag) and that core's address
 //     (Thread::blocked_on), or a spark being run elsewhere, or shutdown;
 //   * where: the capability that runs it next, or its Task when bound;
 //   * stack bytes in use of its reservation, from the saved stack pointer
 //     (a parked thread only: a running thread's is moving);
-//   * how long since it last started running (Thread::last_ran_ns, on the
-//     ticker's coarse clock: accurate to a tick).
+//   * how long since it last ran (switched away: Thread::last_ran_ns, on
+//     the ticker's coarse clock, so accurate to a tick).
 //
 // Rejected: stopping the world for a consistent picture (as Go does).  A
 // dump is asked for when something looks stuck or slow; stopping every
@@ -39,7 +39,7 @@ namespace capstan::rts {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The dump reads fields that their owners write without synchronisation:
 // a thread's state, why, capability, saved stack pointer, io_wait,
-// wait_what/wait_op, blocked_on, last_ran_ns, and each capability's
+// wait_tag, blocked_on, last_ran_ns, and each capability's
 // current.  It must: taking the owners' locks would need every owner to
 // cooperate, and a dump is for when one does not.  So:
 //  * Thread objects are never freed during a run (their slabs live as long
@@ -57,12 +57,6 @@ namespace capstan::rts {
 //  * The loads are exempt from ThreadSanitizer (no_sanitize), since the
 //    race is deliberate: the owners' plain stores stay plain, so the hot
 //    paths pay nothing for dumps.
-template <class T>
-[[gnu::noinline, gnu::no_sanitize("thread")]] static T snap(const T& field) noexcept {
-  T v;
-  __atomic_load(&field, &v, __ATOMIC_RELAXED);
-  return v;
-}
 
 namespace {
 
@@ -171,7 +165,8 @@ std::string describe(const Thread* t, const Where& w, std::int64_t now, std::int
   }
   std::int64_t ran = snap(t->last_ran_ns);
   if (state != ThreadState::running && ran != 0)
-    line += fmt::format(", last ran {} ago", ms_text(coarse - ran));
+    line += coarse > ran ? fmt::format(", last ran {} ago", ms_text(coarse - ran))
+                         : std::string(", last ran within the last tick");
   return line;
 }
 
@@ -210,10 +205,10 @@ std::string waits_on(const Thread* t, std::int64_t now) {
     case IoWait::close_fd: return fmt::format("close_fd of fd {}", arg);
     case IoWait::none: break;
   }
-  std::uint8_t what = snap(t->wait_what);
+  std::uint8_t what = snap(t->wait_tag.what);
   const void* core = snap(t->blocked_on);
   if (what == detail::waiter::mvar)
-    return fmt::format("mvar {} {}", op_name(snap(t->wait_op)), fmt::ptr(core));
+    return fmt::format("mvar {} {}", op_name(snap(t->wait_tag.op)), fmt::ptr(core));
   return fmt::format("{} {}", what_name(what), fmt::ptr(core));
 }
 

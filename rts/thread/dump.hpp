@@ -12,6 +12,16 @@ namespace capstan::rts {
 
 struct Thread;
 
+// snap reads a field that its owner writes without synchronisation, for a
+// diagnostic: one relaxed load of one aligned word, exempt from
+// ThreadSanitizer.  See Note [A thread dump is a snapshot].
+template <class T>
+[[gnu::noinline, gnu::no_sanitize("thread")]] T snap(const T& field) noexcept {
+  T v;
+  __atomic_load(&field, &v, __ATOMIC_RELAXED);
+  return v;
+}
+
 // dump_all_threads writes the listing of every live green thread, headed by
 // `why`, to f.  Any OS thread while the Runtime exists (a green thread, the
 // IO manager's thread on SIGQUIT, the ticker); takes every all_lock in turn.

@@ -79,14 +79,25 @@ struct Thread {
   // the fd, or the sleep's deadline on now_ns()'s clock.
   IoWait io_wait = IoWait::none;
   std::int64_t io_arg = 0;
-  // The primitive and operation of the mvar_core wait in progress
-  // (waiter::what, waiter::kind), copied when it parks ([owner]; read
-  // racily by dumps): the waiter itself may be gone by the time one looks.
-  std::uint8_t wait_what = 0;
-  std::uint8_t wait_op = 0;
-  // When it last started running, on the ticker's coarse clock
-  // (Runtime::coarse_now_ns, [owner]; read racily by dumps).
+  // The operation and primitive of the mvar_core wait in progress
+  // (waiter::kind, waiter::what, in that order: copied together when it
+  // parks; [owner], read racily by dumps): the waiter itself may be gone by
+  // the time one looks.
+  struct WaitTag {
+    std::uint8_t op;    // waiter::kind
+    std::uint8_t what;  // waiter::what
+  } wait_tag{};
+  // When it last stopped running (switched away), on the ticker's coarse
+  // clock (Runtime::coarse_now_ns, [owner]; read racily by dumps).
   std::int64_t last_ran_ns = 0;
+  // Event trace (+RTS -l) only, trace/trace.cpp: the wake-up flow that ends
+  // at its next run ([waker writes before the wake, runner reads after]);
+  // the start of the safe call it is in and that call's Task ([owner]);
+  // whether thread_killed ended it ([owner]).
+  std::uint64_t trace_flow = 0;
+  std::int64_t trace_call_t0 = 0;
+  unsigned trace_call_task = 0;
+  bool trace_killed = false;
 
   // Per-capability list of every live thread (home->all_lock); used to find
   // blocked threads at shutdown.  See Note [Killing a blocked thread].

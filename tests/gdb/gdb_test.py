@@ -9,8 +9,9 @@ Checks: `info capstan-threads` lists the parked threads with their labels,
 states and what they wait on; `capstan-thread ID bt` of each parked thread
 names the function it parked in; `capstan-thread ID bt` of the running
 main thread points at the right gdb thread; `capstan-thread all bt` works;
-the selected OS thread's registers are the same afterwards, and the
-program, continued, finishes correctly (so nothing was left corrupted).
+the selected OS thread's registers are the same afterwards (also for one
+stopped in a system call: `capstan-thread all` runs from gdb thread 2), and
+the program, continued, finishes correctly (so nothing was left corrupted).
 Exit 77 (meson: skipped) when gdb is not installed."""
 import os
 import re
@@ -60,7 +61,9 @@ end
 echo ==regs-after==\n
 info registers rip rsp rbp rbx r12 r13 r14 r15
 echo ==all==\n
+thread 2
 capstan-thread all bt
+thread 1
 echo ==bad-id==\n
 python
 try:

@@ -1,6 +1,7 @@
 // dump_test.cpp - the thread dump: every live thread is listed once, with
 // the state and the wait it is really in; it can be asked for from a
 // foreign OS thread; deadlock reports carry the blocked threads' lines.
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -143,6 +144,52 @@ TEST_P(Dump, AForeignOsThreadCanAskForOne) {
         << dump;
     empty.put(1);
   });
+}
+
+// With +RTS --dump-on-sigquit, SIGQUIT prints the dump on stderr and the
+// program carries on.
+TEST_P(Dump, SigquitPrintsItAndTheProgramGoesOn) {
+  auto o = capstan_test::opts(caps());
+  o.dump_on_sigquit = true;
+  std::fflush(stderr);
+  char path[] = "/tmp/capstan-dump-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  int saved = ::dup(2);
+  ::dup2(fd, 2);
+  auto captured = [fd] {
+    std::string s;
+    char buf[4096];
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(fd, buf, sizeof buf, off);
+      if (n <= 0) break;
+      s.append(buf, static_cast<std::size_t>(n));
+      off += n;
+    }
+    return s;
+  };
+  capstan::thread_id taker;
+  bool seen = false;
+  int after = 0;
+  run(o, [&] {
+    capstan::mvar<int> empty;
+    taker = capstan::fork_io([&] { after = empty.take(); });
+    capstan::label_thread(taker, "quit-me");
+    ASSERT_TRUE(capstan_test::green_wait_until([&] { return blocked(taker); }));
+    ::kill(::getpid(), SIGQUIT);
+    seen = capstan_test::green_wait_until([&] {
+      return captured().find("\"quit-me\": blocked on mvar take") != std::string::npos;
+    });
+    empty.put(7);  // still running: the signal did not end the program
+  });
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string out = captured();
+  ::close(fd);
+  EXPECT_TRUE(seen) << out;
+  EXPECT_NE(out.find("capstan: thread dump (SIGQUIT)"), std::string::npos) << out;
+  EXPECT_EQ(after, 7);
 }
 
 TEST(DumpOutsideARun, SaysNoRuntimeRunsAndRejectsANullFile) {
