@@ -78,7 +78,8 @@ UC_X64_REGS = {"r12": 4, "r13": 5, "r14": 6, "r15": 7, "rbp": 10, "rbx": 11,
 
 
 class Types:
-    """The runtime's types, looked up once per objfile set."""
+    """The runtime's types, looked up afresh by every command (cheap, and
+    right after the program or its libraries were reloaded)."""
 
     def __init__(self):
         def look(name):
@@ -98,7 +99,6 @@ class Types:
         self.task = look("capstan::rts::Task")
         self.mvar_core = look("capstan::detail::mvar_core")
         self.void_p = gdb.lookup_type("void").pointer()
-        self.u64 = gdb.lookup_type("unsigned long")
 
 
 def _types():
@@ -171,7 +171,7 @@ class Runtime:
         words = self.rt["tasks"].address.cast(self.types.void_p.pointer().pointer())
         begin, end = words[0], words[1]
         self.task_no, self.in_safe_call = {}, {}
-        for i in range((int(end) - int(begin)) // 8):
+        for i in range((int(end) - int(begin)) // self.types.void_p.sizeof):
             task = begin[i].cast(self.types.task.pointer())
             self.task_no[int(task)] = i
             in_call = int(_atomic(task["in_safe_call"]))
