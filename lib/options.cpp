@@ -20,7 +20,7 @@ constexpr unsigned kMaxCapabilities = 256;
 constexpr std::size_t kMinStack = 16 * 1024;
 constexpr std::size_t kMaxStack = std::size_t{1} << 30;
 
-[[noreturn]] void bad(const std::string& flag, const std::string& where, const char* accepted) {
+[[noreturn]] void bad(const std::string& flag, const std::string& where, const std::string& accepted) {
   throw options_error(fmt::format("capstan: bad RTS flag '{}'{}: {}", flag, where, accepted));
 }
 
@@ -53,19 +53,36 @@ bool parse_uint(const char* s, unsigned long& out) {
   return !errno && *end == '\0';
 }
 
+constexpr const char* kAccepted =
+    "-N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, -l[<file>], --spare-tasks=<n>, "
+    "--deadlock-detection=off|on|force, --dump-on-sigquit, --warn-hog=<ms>";
+
 void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
   if (f[0] != '-' || f[1] == '\0') {
-    bad(flag, where, "RTS flags start with '-'; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>, --deadlock-detection=off|on|force");
+    bad(flag, where, std::string("RTS flags start with '-'; accepted: ") + kAccepted);
   }
   if (flag == "-?" || flag == "--help")
-    bad(flag, where, "asks for the flag summary; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>, --deadlock-detection=off|on|force");
+    bad(flag, where, std::string("asks for the flag summary; accepted: ") + kAccepted);
   const char* arg = f + 2;
   if (flag.rfind("--spare-tasks", 0) == 0) {
     unsigned long n = 0;
     if (flag.size() < 15 || flag[13] != '=' || !parse_uint(f + 14, n) || n > 1024)
       bad(flag, where, "expected --spare-tasks=<n>, spare OS threads kept per capability, 0 <= n <= 1024");
     o.max_spare_tasks = static_cast<unsigned>(n);
+    return;
+  }
+  if (flag == "--dump-on-sigquit") {
+    o.dump_on_sigquit = true;
+    return;
+  }
+  if (flag.rfind("--warn-hog", 0) == 0) {
+    unsigned long ms = 0;
+    if (flag.size() < 12 || flag[10] != '=' || !parse_uint(f + 11, ms) || ms > 3'600'000)
+      bad(flag, where, "expected --warn-hog=<ms>, how long a thread may hold a capability without "
+                       "a safe point while others wait before it is named on stderr, "
+                       "0 <= ms <= 3600000 (0 = never)");
+    o.warn_hog = std::chrono::milliseconds(ms);
     return;
   }
   if (flag.rfind("--deadlock-detection", 0) == 0) {
@@ -115,6 +132,11 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
       if (*arg) bad(flag, where, "expected -s (print statistics at exit), with nothing after it");
       o.stats = true;
       return;
+    case 'l':
+      // -l alone: <program>.trace.json in the working directory.
+      o.trace = true;
+      o.trace_file = arg;
+      return;
     case 'e': {
       unsigned long n = 0;
       if (!parse_uint(arg, n) || n < 1 || n > (1ul << 24))
@@ -134,7 +156,7 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
     default:
       break;
   }
-  bad(flag, where, "unknown flag; accepted: -N[<n>], -K<size>, -C<secs>, -s, -e<n>, -kw<n>, --spare-tasks=<n>, --deadlock-detection=off|on|force");
+  bad(flag, where, std::string("unknown flag; accepted: ") + kAccepted);
 }
 
 }  // namespace
@@ -150,6 +172,11 @@ const char* options::usage() {
          "  --spare-tasks=<n>  spare OS threads kept per capability for safe calls (default 6)\n"
          "  --deadlock-detection=off|on|force  raise blocked_indefinitely when every thread is\n"
          "             blocked for good (default on: not while outside OS threads exist)\n"
+         "  -l[<file>] write an event trace (Chrome trace-event JSON, for Perfetto) to <file>;\n"
+         "             -l alone: <program>.trace.json\n"
+         "  --dump-on-sigquit  print every green thread to stderr on SIGQUIT (and go on)\n"
+         "  --warn-hog=<ms>  name on stderr a thread that holds a capability this long without\n"
+         "             a safe point while others wait (default 100; 0 = never)\n"
          "  -?         print this summary (also --help)\n";
 }
 

@@ -2,8 +2,8 @@
 """Run the nofib_like benchmarks against their GHC twins and print one table.
 
     python3 nofib_like/run.py --build-dir build [--reps 5] [--quick]
-        [--only prog,prog] [--no-ghc] [--markdown FILE] [--timeout SECONDS]
-        [--dry-run]
+        [--only prog,prog] [--no-ghc] [--markdown FILE] [--json FILE]
+        [--timeout SECONDS] [--dry-run]
 
 Every benchmark prints exactly one line on stdout:
 
@@ -29,6 +29,10 @@ is compiled together with its benchmark's twin_c_sources, with the extra
 ghc flags of its twin_flags.  --dry-run prints the commands (ghc builds and
 benchmark runs) without running them.
 
+--json writes the same results machine-readably (every row: program,
+metric, N, capstan's and the twin's median/min/max; see json_rows), which
+`scripts/plot.py table` draws as a picture.
+
 A failed check, a crash, a timeout or a missing binary shows up as FAIL in
 the table, and makes the runner exit with status 1 after printing everything.
 Runs are strictly sequential.
@@ -37,6 +41,7 @@ Runs are strictly sequential.
 import argparse
 import datetime
 from dataclasses import dataclass
+import json
 import shlex
 import shutil
 import signal
@@ -425,6 +430,62 @@ def table_rows(cells, have_ghc, with_speedup):
     return rows
 
 
+def json_value(v):
+    """A metric value for JSON: a number, a list (a/b/c tuples) or a string."""
+    return list(v) if isinstance(v, tuple) else v
+
+
+def json_series(series, primary, keys):
+    """One implementation's results in a row, for --json: the primary
+    metric's median, min and max over the runs (None when it failed), the
+    number of successful runs, the error of a failed series, and the
+    medians of the secondary metrics."""
+    results, err = series
+    m = median(series, primary)
+    vals = [r[primary] for r in results if isinstance(r.get(primary), float)]
+    ok = isinstance(m, float) and not err
+    return {"median": m if ok else None,
+            "min": min(vals) if ok else None,
+            "max": max(vals) if ok else None,
+            "runs": len(results),
+            "error": err,
+            "secondary": {k: json_value(median(series, k)) for k in keys
+                          if median(series, k) is not None}}
+
+
+def metric_unit(metric):
+    """A metric's unit, as it reads: ns_per_switch -> ns/switch, ms -> ms."""
+    return metric.replace("_per_", "/")
+
+
+def json_rows(cells, have_ghc):
+    """cells (as for table_rows) -> one dict per table row, for --json:
+    program (the row's label), name, args, metric, unit, higher_is_better,
+    spark, caps, and "capstan" and "ghc" as json_series gives them ("ghc"
+    is None when the twin was not run)."""
+    rows = []
+    for (bench, args, caps), by_impl in cells.items():
+        cap = by_impl["capstan"]
+        ghc = by_impl.get("ghc")
+        keys = []
+        for results, _ in (cap, ghc or ([], None)):
+            keys += [k for k in (results[0] if results else []) if k not in keys]
+        primary = keys[0] if keys else bench.metric
+        rows.append({
+            "program": row_label(bench.name, args),
+            "name": bench.name,
+            "args": list(args),
+            "metric": primary,
+            "unit": metric_unit(primary),
+            "higher_is_better": primary in bench.higher_is_better,
+            "spark": bench.spark,
+            "caps": caps,
+            "capstan": json_series(cap, primary, keys[1:]),
+            "ghc": json_series(ghc, primary, keys[1:]) if have_ghc and ghc else None,
+        })
+    return rows
+
+
 HEADER = ["program", "metric", "N", "capstan median", "capstan min..max",
           "ghc median", "capstan/ghc", "secondary (capstan/ghc medians)"]
 # With spark programs in the run, before the secondaries:
@@ -486,6 +547,9 @@ def main():
                     help="do not build or run the Haskell twins")
     ap.add_argument("--markdown", type=Path, metavar="FILE",
                     help="also write the table as GitHub markdown to FILE")
+    ap.add_argument("--json", type=Path, metavar="FILE",
+                    help="also write the results as JSON to FILE "
+                         "(scripts/plot.py table draws it)")
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds per run (default 300)")
     ap.add_argument("--dry-run", action="store_true",
@@ -560,8 +624,19 @@ def main():
         print()
         print("\n".join(notes))
 
+    cmdline = shlex.join([Path(sys.executable).name] + sys.argv)
+    date = datetime.datetime.now().astimezone().isoformat(timespec='seconds')
+    if args.json:
+        doc = {"date": date,
+               "machine": command_output(["uname", "-srm"]),
+               "command": cmdline,
+               "reps": reps,
+               "ghc": command_output(["ghc", "--numeric-version"]) if have_ghc else None,
+               "rows": json_rows(cells, have_ghc)}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"\nwrote {args.json}", file=sys.stderr)
+
     if args.markdown:
-        cmdline = shlex.join([Path(sys.executable).name] + sys.argv)
         sizes = ", ".join(f"{b.name}={' '.join(a)}" for b, a in selected)
         # Every benchmark's, not only the selected ones': the note is the
         # same on every table.
@@ -570,7 +645,7 @@ def main():
         text = [
             "# capstan nofib_like benchmarks",
             "",
-            f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+            f"- date: {date}",
             f"- machine: `{command_output(['uname', '-srm'])}`",
             f"- command: `{cmdline}`",
             f"- reps: {reps} ("

@@ -25,6 +25,7 @@ LAYERS = [
     ["storage"],
     ["capability"],
     ["task"],
+    ["trace"],
     ["thread"],
     ["sparks/pool"],
     ["schedule"],

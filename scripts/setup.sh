@@ -10,7 +10,8 @@
 # Uses apt-get as root, sudo otherwise; says clearly what to do if neither works.
 set -euo pipefail
 
-packages=(meson ninja-build g++ pkg-config cmake python3 libuv1-dev libfmt-dev libgtest-dev wrk libboost-fiber-dev)
+packages=(meson ninja-build g++ pkg-config cmake python3 libuv1-dev libfmt-dev libgtest-dev wrk libboost-fiber-dev
+          python3-matplotlib)  # python3-matplotlib: scripts/plot.py
 if [[ "${1:-}" == "--with-ghc" ]]; then
   packages+=(ghc libghc-parallel-dev libghc-warp-dev)
 fi

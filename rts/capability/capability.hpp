@@ -23,6 +23,7 @@
 namespace capstan::rts {
 
 struct Task;
+class TraceBuffer;
 
 // Bits of Capability::context_switch.  See Note [Requeue front or back].
 inline constexpr std::uint32_t kTimesliceExpired = 1;  // ticker: go to the back
@@ -46,6 +47,8 @@ struct StallWatch {
 
 struct alignas(64) Capability {
   unsigned no = 0;                 // [read-only while running]
+  TraceBuffer* trace = nullptr;    // [start] its event buffer (+RTS -l), else null; written
+                                   // by its holder (Note [Trace buffers])
 
   // --- owner state ---------------------------------------------------------
   RunQueue run_queue;              // [owner]

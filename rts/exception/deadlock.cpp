@@ -29,7 +29,9 @@
 // and re-checked every 100 ms while the run stays quiet.  `force` ignores
 // outside threads (the program promises none can wake a green thread);
 // `off` never checks.  Threads blocked while unwinding cannot be raised in
-// (that would terminate()); they stay blocked.
+// (that would terminate()); they stay blocked.  The exception's message
+// lists the blocked threads and what each waited on (as dump_threads
+// does), so a program that dies of it says where it was stuck.
 #include "exception/deadlock.hpp"
 
 #include <dirent.h>
@@ -43,6 +45,7 @@
 #include <thread>
 
 #include "capstan/errors.hpp"
+#include "thread/dump.hpp"
 #include "io/io_manager.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/raise.hpp"
@@ -141,13 +144,20 @@ unsigned outside_threads() {
   return n;
 }
 
+// The deadlock report names at most this many blocked threads.
+constexpr unsigned kReportLines = 20;
+
 // break_deadlock sends blocked_indefinitely to every thread blocked on an
 // mvar.  Every capability is idle, so nobody is inside an mvar operation:
 // the wait locks can be turned on without waiting (Note [Wait locks]).
 unsigned break_deadlock() {
   rt.waits_need_lock.store(true, std::memory_order_seq_cst);
   rt.wait_locks_on.store(true, std::memory_order_release);
-  static const std::exception_ptr ex = std::make_exception_ptr(blocked_indefinitely{});
+  // Every blocked thread gets the same report: all of them are involved,
+  // since nothing outside them could wake any (thread/dump.hpp).
+  const std::exception_ptr ex = std::make_exception_ptr(blocked_indefinitely(
+      "thread blocked indefinitely in an mvar operation: deadlock; the blocked threads were:" +
+      blocked_threads_report(kReportLines)));
   unsigned n = 0;
   for (Capability* c : rt.caps) {
     c->all_lock.lock();

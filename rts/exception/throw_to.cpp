@@ -98,7 +98,7 @@ void throw_to_ptr(thread_ref ref, std::exception_ptr e) {
     l.core.unlock();
     return;
   }
-  waiter w;
+  waiter w(waiter::throw_to);
   l.core.enqueue(w);
   try {
     l.core.park(w);  // See Note [Waiting for a throw to land]

@@ -28,6 +28,7 @@
 // refusal, a Task or thread that cannot be made, the call's end - undoes it
 // exactly once (InCallCount), or run() would wait for ever.
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "capstan/errors.hpp"
@@ -39,6 +40,9 @@
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
 #include "task/handover.hpp"
+#include "thread/dump.hpp"
+#include "trace/trace.hpp"
+#include "primitives/clock.hpp"
 
 namespace capstan::detail {
 
@@ -168,6 +172,8 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   }
   task->bound_thread = t;
   task->bound_done = false;
+  std::int64_t started_ns = rt.tracing ? now_ns() : 0;
+  std::uint64_t thread_no = t->id;  // t is recycled once it finishes
   if (got) {
     take_capability(task, got);
     got->run_queue.push_front(t);
@@ -178,6 +184,8 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   }
 
   schedule(task);  // returns once t has finished and the capability is given up
+  if (rt.tracing) [[unlikely]]
+    trace_in_call(task, thread_no, started_ns);
 
   bool finished = task->bound_done;
   task->bound_done = false;
@@ -194,3 +202,26 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
 }
 
 }  // namespace capstan::detail
+
+// ---------------------------------------------------------------- dump_threads
+
+namespace capstan {
+
+// dump_threads may be called from any OS thread (a watchdog, say): from
+// one that is not the runtime's it counts as an in-call while it reads, so
+// the Runtime it walks cannot be freed under it (Note [In-calls]).
+void dump_threads(std::FILE* out) {
+  if (!out) throw usage_error("capstan::dump_threads: the FILE* is null; pass stderr or an open file");
+  if (rts::my_task() && rts::process.running.load(std::memory_order_relaxed)) {
+    rts::dump_all_threads(out, "dump_threads");
+    return;
+  }
+  detail::InCallCount count;
+  if (!count.accept()) {
+    std::fputs("capstan: thread dump: no runtime is running\n", out);
+    return;
+  }
+  rts::dump_all_threads(out, "dump_threads");
+}
+
+}  // namespace capstan

@@ -79,6 +79,7 @@
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
 #include "task/handover.hpp"
+#include "trace/trace.hpp"
 
 namespace capstan::detail {
 
@@ -107,6 +108,8 @@ namespace {
     Capability* c = task->cap;
     c->current = cur;
     cur->state = ThreadState::running;
+    if (rt.tracing) [[unlikely]]
+      trace_resume(c, cur);
     errno = saved_errno;
     return;
   }
@@ -138,6 +141,8 @@ void safe_call_enter(safe_call_frame& f) {
   // A call may block for long: its timeouts need timers (Note [Timeouts]).
   if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts(cur);
   task->in_safe_call.store(cur, std::memory_order_relaxed);
+  if (rt.tracing) [[unlikely]]
+    trace_safe_call_enter(task->cap, task, cur);
   Capability* cap = drop_capability(task);
   f.task = task;
   f.thread = cur;
@@ -159,6 +164,8 @@ void safe_call_leave(safe_call_frame& f, bool f_threw) {
     task->in_safe_call.store(nullptr, std::memory_order_relaxed);
     take_capability(task, cap);
     cap->current = cur;
+    if (rt.tracing) [[unlikely]]
+      trace_resume(cap, cur);
   } else {
     // May resume on another OS thread: touch no thread-local here after it
     // (errno included - see Note [TLS across a switch]); the switch itself

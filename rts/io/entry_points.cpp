@@ -36,10 +36,16 @@ std::int64_t deadline_after(long long ns) {
 // reference (and drops it after reading r->err); on unwinding
 // (thread_killed at shutdown) the reference goes to the IO thread with the
 // cancel message instead.
-int await(Request* r) {
+int await(Request* r, IoWait what, std::int64_t arg) {
+  Thread* me = green_task()->cap->current;  // callers checked: a green thread
+  me->io_wait = what;
+  me->io_arg = arg;
   try {
-    return r->box.take();
+    int outcome = r->box.take();
+    me->io_wait = IoWait::none;
+    return outcome;
   } catch (...) {
+    me->io_wait = IoWait::none;
     io.push(&r->cancel);  // Note [No lost wake-ups] 3
     throw;
   }
@@ -92,7 +98,7 @@ void io_sleep(long long ns) {
   Request* r = new_request(Op::sleep);
   r->deadline = deadline_after(ns);
   io.push(&r->submit);
-  await(r);
+  await(r, IoWait::sleep, r->deadline);
   r->release();
 }
 
@@ -113,7 +119,7 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, b
   r->sticky = sticky;
   r->deadline = timeout_ns < 0 ? -1 : deadline_after(timeout_ns);
   io.push(&r->submit);
-  int outcome = await(r);
+  int outcome = await(r, writable ? IoWait::fd_write : IoWait::fd_read, fd);
   int err = r->err;
   r->release();
   switch (outcome) {
@@ -137,7 +143,7 @@ void io_close_fd(int fd) {
   Request* r = new_request(Op::close_fd);
   r->fd = fd;
   io.push(&r->submit);
-  await(r);
+  await(r, IoWait::close_fd, fd);
   int err = r->err;
   r->release();
   if (err != 0)

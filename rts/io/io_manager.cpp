@@ -174,12 +174,17 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <system_error>
 
 #include "capstan/errors.hpp"
+#include "runtime/runtime.hpp"
+#include "thread/dump.hpp"
+#include "trace/trace.hpp"
+#include "primitives/clock.hpp"
 
 namespace capstan::rts {
 
@@ -231,6 +236,25 @@ void IoManager::start() {
     if (rc == 0) rc = uv_timer_init(&loop_, &timer_);
     if (rc != 0) start_failed("uv_timer_init", rc);
     timer_ok = true;
+    // +RTS --dump-on-sigquit: libuv turns the signal into a callback on
+    // this loop's thread, where dumping is safe (no async-signal context).
+    if (rt.opts.dump_on_sigquit) {
+      rc = uv_signal_init(&loop_, &sigquit_);
+      if (rc != 0) start_failed("uv_signal_init", rc);
+      sigquit_ok_ = true;
+      rc = uv_signal_start(&sigquit_, &IoManager::on_sigquit, SIGQUIT);
+      if (rc != 0) start_failed("uv_signal_start(SIGQUIT)", rc);
+    }
+    // +RTS -l: the loop's waits in the kernel, from libuv's own idle-time
+    // count (prepare runs just before the poll, check just after).
+    if (rt.tracing) {
+      uv_loop_configure(&loop_, UV_METRICS_IDLE_TIME);
+      uv_prepare_init(&loop_, &prepare_);
+      uv_check_init(&loop_, &check_);
+      uv_prepare_start(&prepare_, &IoManager::on_prepare);
+      uv_check_start(&check_, &IoManager::on_check);
+      tracing_ok_ = true;
+    }
     loop_.data = this;
     stopping_.store(false, std::memory_order_relaxed);
     armed_for_ = -1;
@@ -245,6 +269,9 @@ void IoManager::start() {
   } catch (...) {
     if (async_ok) uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
     if (timer_ok) uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+    if (sigquit_ok_) uv_close(reinterpret_cast<uv_handle_t*>(&sigquit_), nullptr);
+    sigquit_ok_ = false;
+    close_trace_handles();
     uv_run(&loop_, UV_RUN_NOWAIT);  // runs the close callbacks
     if (int crc = uv_loop_close(&loop_); crc != 0)
       fmt::print(stderr, "capstan: internal error: uv_loop_close after a failed start: {}\n",
@@ -258,6 +285,7 @@ void IoManager::start() {
 
 void IoManager::thread_main() {
   pthread_setname_np(pthread_self(), "capstan-io");
+  if (rt.tracing) trace_bind_io_thread();  // Note [Wake-up flows]
   uv_run(&loop_, UV_RUN_DEFAULT);  // returns once stop_everything closed all handles
 }
 
@@ -444,6 +472,30 @@ void IoManager::stop_everything() {
   drop_timers();
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  if (sigquit_ok_) uv_close(reinterpret_cast<uv_handle_t*>(&sigquit_), nullptr);
+  sigquit_ok_ = false;
+  close_trace_handles();
+}
+
+void IoManager::on_sigquit(uv_signal_t*, int) { dump_all_threads(stderr, "SIGQUIT"); }
+
+void IoManager::close_trace_handles() noexcept {
+  if (!tracing_ok_) return;
+  uv_close(reinterpret_cast<uv_handle_t*>(&prepare_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&check_), nullptr);
+  tracing_ok_ = false;
+}
+
+void IoManager::on_prepare(uv_prepare_t* p) {
+  auto* self = static_cast<IoManager*>(p->loop->data);
+  self->wait_start_ns_ = now_ns();
+  self->idle_before_ = uv_metrics_idle_time(p->loop);
+}
+
+void IoManager::on_check(uv_check_t* c) {
+  auto* self = static_cast<IoManager*>(c->loop->data);
+  auto waited = static_cast<std::int64_t>(uv_metrics_idle_time(c->loop) - self->idle_before_);
+  if (self->wait_start_ns_ != 0) trace_io_wait(self->wait_start_ns_, self->wait_start_ns_ + waited);
 }
 
 }  // namespace iomgr

@@ -156,6 +156,10 @@ class IoManager {
   void start();
   void thread_main();
   static void on_async(uv_async_t* a);
+  static void on_sigquit(uv_signal_t* s, int signum);  // +RTS --dump-on-sigquit
+  static void on_prepare(uv_prepare_t* p);            // +RTS -l
+  static void on_check(uv_check_t* c);
+  void close_trace_handles() noexcept;
   static void on_timer(uv_timer_t* t);
   static void on_poll(uv_poll_t* p, int status, int events);
   static void on_poll_closed(uv_handle_t* h) { delete static_cast<FdEntry*>(h->data); }
@@ -207,6 +211,14 @@ class IoManager {
   uv_loop_t loop_;
   uv_async_t async_;
   uv_timer_t timer_;
+  uv_signal_t sigquit_;       // [io thread] +RTS --dump-on-sigquit only
+  bool sigquit_ok_ = false;   // [life_mu_ / io thread] sigquit_ is initialised
+  // +RTS -l: the loop's waits (trace/trace.hpp).  [io thread]
+  uv_prepare_t prepare_;
+  uv_check_t check_;
+  bool tracing_ok_ = false;   // [life_mu_ / io thread] prepare_ and check_ are initialised
+  std::int64_t wait_start_ns_ = 0;
+  std::uint64_t idle_before_ = 0;
 
   // The request queue: any thread pushes, the IO thread takes all.
   MpscStack<Msg, &Msg::next> queue_;

@@ -29,7 +29,7 @@ class Event {
       core_.unlock();
       return;
     }
-    detail::waiter w;
+    detail::waiter w(detail::waiter::runtime_event);
     core_.enqueue(w);
     core_.park(w);  // only bound threads wait: they are never killed
   }

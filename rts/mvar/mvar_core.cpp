@@ -43,6 +43,8 @@ void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
 // for us (Note [Raising asynchronously] in schedule/raise.cpp).
 void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_token) {
   w.thread = cur;
+  cur->wait_what = w.what;  // for dumps and the trace only
+  cur->wait_op = w.kind;
   if (!w.timed && !rts::rt.waits_need_lock.load(std::memory_order_relaxed)) [[likely]] {
     // Nobody has thrown to anyone yet (throwing turns the locks on first).
     cur->blocked_on = &m;

@@ -47,6 +47,7 @@
 #include "capstan/errors.hpp"
 #include "io/io_manager.hpp"
 #include "mvar/event.hpp"
+#include "primitives/clock.hpp"
 #include "primitives/parker.hpp"
 #include "primitives/sanitizer.hpp"
 #include "schedule/schedule.hpp"
@@ -54,6 +55,7 @@
 #include "sparks/pool.hpp"
 #include "stats/stats.hpp"
 #include "task/overflow_handler.hpp"
+#include "trace/writer.hpp"
 
 namespace capstan::rts {
 
@@ -71,6 +73,7 @@ Runtime::Runtime(const options& o)
   // always taken.
   membarrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   waits_need_lock.store(!membarrier_ok);
+  coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
   arena.configure(o.stack_size);
   caps.reserve(n_caps);
 }
@@ -110,6 +113,16 @@ struct MainClosure {
 
 void main_invoke(void* p) {
   auto* c = static_cast<MainClosure*>(p);
+  if (rt.opts.dump_on_sigquit) {
+    // The IO manager's loop turns SIGQUIT into a thread dump; without it
+    // the program still runs, and says so.
+    try {
+      io_start();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "capstan: +RTS --dump-on-sigquit: {}; SIGQUIT will not dump threads\n",
+                 e.what());
+    }
+  }
   c->fn(c->ctx);  // run<>'s wrapper: catches everything main throws
   shutdown_protocol();
 }
@@ -149,6 +162,7 @@ void abandon_start(Task* task0) noexcept {
     set_my_task(nullptr);
   }
   reclaim_leftovers();
+  trace_stop();
 }
 
 }  // namespace
@@ -219,6 +233,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     main_thread->bound_task = task0;
     task0->bound_thread = main_thread;
 
+    trace_start();  // +RTS -l: before any other OS thread (rt.tracing is [start])
     for (unsigned i = 1; i < rt.n_caps; ++i) start_os_thread(initial[i], rt.scheduler_loop);
     rt.ticker.start(o.timeslice);
   } catch (...) {
@@ -240,6 +255,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   set_my_task(nullptr);
   rt.shutdown_events = nullptr;
   io_shutdown();  // the IO thread wakes nobody from here on
+  trace_stop();   // every thread that records has gone: complete the file
   auto abandoned = reclaim_leftovers();
   for (Capability* c : rt.caps) spark_pool_release(c);  // leftovers count as GC'd
   auto final_stats = snapshot_statistics();

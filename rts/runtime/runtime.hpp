@@ -44,6 +44,7 @@
 namespace capstan::rts {
 
 class Event;
+class TraceBuffer;
 
 struct Runtime {
   explicit Runtime(const options& o);
@@ -92,6 +93,17 @@ struct Runtime {
   SharedCounter deadlock_stood_down;                                   // internally synchronised (thread/fates.hpp)
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
   std::chrono::steady_clock::time_point started;  // [start]
+  // A clock read without a system call: now_ns() as of the ticker's last
+  // tick (written every tick and when it wakes; relaxed: a diagnostic clock
+  // for Thread::last_ran_ns, accurate to a tick).
+  std::atomic<std::int64_t> coarse_now_ns{0};    // [atomic]
+  // The event trace (+RTS -l): see trace/trace.hpp.  The buffers are made
+  // by trace_start before any other OS thread, freed by trace_stop after
+  // all have gone.
+  bool tracing = false;                          // [start]
+  TraceBuffer* trace_io = nullptr;               // [start] the IO manager thread's buffer
+  TraceBuffer* trace_misc = nullptr;             // [start] shared: under trace_misc_mu
+  std::mutex trace_misc_mu;
   Ticker ticker;                                 // started and stopped by run_main
 };
 

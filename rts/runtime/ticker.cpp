@@ -27,7 +27,9 @@
 #include "mvar/event.hpp"
 #include "primitives/fault_injection.hpp"
 #include "primitives/parker.hpp"
+#include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/hog_warning.hpp"
 #include "schedule/steal.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
@@ -69,9 +71,11 @@ void Ticker::loop() {
   int idle_ticks = 0;
   unsigned slice_ticks = 0;
   StallTicker stalls;
+  HogWarner hogs;
   while (!quit_.load(std::memory_order_seq_cst)) {
     futex_wait(&quit_, 0, &ts);  // sleep one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
+    rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
     sample_peaks();
     if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
       rt.shutdown_events->notify();  // Note [Shutdown]: the grace-period clock
@@ -89,6 +93,7 @@ void Ticker::loop() {
     // Note [Stealing from a stalled capability]: the backstop for a stall
     // that began while every idle capability slept.
     stalls.tick();
+    hogs.tick();  // Note [Warning about a hog]
     // Note [Lazy release]: work that reached a free capability through the
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)
@@ -126,6 +131,7 @@ void Ticker::loop() {
         }
       }
       rt.ticker_parked.store(0, std::memory_order_seq_cst);
+      rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);  // it may have slept long
       idle_ticks = 0;
     }
   }

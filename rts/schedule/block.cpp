@@ -25,7 +25,7 @@ void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after) {
   cur->why = WhyBlocked::on_mvar;
   Thread* next = pick(cap);
   task->post.unlock = unlock_after;
-  switch_to(task, cap, cur, next, false);
+  switch_to(task, cap, cur, next, false, SwitchWhy::blocked);
 }
 
 // Note [Migrating to a spark's capability]
@@ -45,7 +45,7 @@ void migrate_current_to(Capability* target) {
   Thread* next = pick(cap);
   task->post.migrant = cur;
   task->post.migrate_to = target;
-  switch_to(task, cap, cur, next, false);
+  switch_to(task, cap, cur, next, false, SwitchWhy::migrated);
 }
 
 // Note [Wake-up affinity]
@@ -59,6 +59,8 @@ void migrate_current_to(Capability* target) {
 // runs no green thread, or of locked threads, go to the thread's own
 // capability through its inbox.
 void wake(Thread* t) noexcept {
+  if (rt.tracing) [[unlikely]]
+    trace_wake(t);  // Note [Wake-up flows]
   t->state = ThreadState::runnable;
   t->why = WhyBlocked::not_blocked;
   Task* task = my_task_before_switch();  // wake never switches
@@ -76,6 +78,8 @@ void wake(Thread* t) noexcept {
 }
 
 void wake_home(Thread* t) noexcept {
+  if (rt.tracing) [[unlikely]]
+    trace_wake(t);  // Note [Wake-up flows]
   t->state = ThreadState::runnable;
   t->why = WhyBlocked::not_blocked;
   Capability* home = t->cap;  // read before the push: t may run at once after it

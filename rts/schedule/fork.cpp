@@ -56,7 +56,7 @@ void notify_shutdown() {
   }
   Thread* next = task_leaves ? nullptr : pick(cap);
   task->post.dead = self;
-  switch_to(task, cap, self, next, /*from_dying=*/true);
+  switch_to(task, cap, self, next, /*from_dying=*/true, SwitchWhy::finished);
   __builtin_unreachable();
 }
 
@@ -82,6 +82,7 @@ void notify_shutdown() {
       died = false;
     } catch (const thread_killed&) {
       my_task()->cap->threads_killed.add();
+      self->trace_killed = true;
     } catch (const blocked_indefinitely&) {
       // As GHC's childHandler: a forked thread that can never be woken
       // ends quietly (counted in the statistics).

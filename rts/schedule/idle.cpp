@@ -31,6 +31,7 @@
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
 #include "sparks/pool.hpp"
+#include "trace/trace.hpp"
 
 namespace capstan::rts {
 
@@ -75,6 +76,8 @@ bool try_sparks(Capability* cap) {
 void idle(Task* task, Capability* cap) {
   rt.n_idle.fetch_add(1, std::memory_order_seq_cst);
   cap->idle.store(true, std::memory_order_relaxed);
+  if (rt.tracing) [[unlikely]]
+    trace_idle(cap, true);
   std::int64_t t0 = now_ns();
   bool found = false;
   for (unsigned round = 0; !found; ++round) {
@@ -121,7 +124,11 @@ void idle(Task* task, Capability* cap) {
     detail::g_spark_sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (cap->sparks.size() == 0 && !cap->spark_wake.load(std::memory_order_seq_cst)) {
       cap->sleeps.add();
+      if (rt.tracing) [[unlikely]]
+        trace_sleep(cap, true);
       task->parker.park();
+      if (rt.tracing) [[unlikely]]
+        trace_sleep(cap, false);
     }
     detail::g_spark_sleepers.fetch_sub(1, std::memory_order_seq_cst);
     cap->hold.store(Hold::held, std::memory_order_relaxed);
@@ -136,6 +143,8 @@ void idle(Task* task, Capability* cap) {
     futex_wake(&rt.ticker_parked, 1);
   }
   cap->idle_ns.add(static_cast<std::uint64_t>(now_ns() - t0));
+  if (rt.tracing) [[unlikely]]
+    trace_idle(cap, false);
 }
 
 }  // namespace capstan::rts

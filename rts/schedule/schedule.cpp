@@ -149,7 +149,7 @@ void move_off_bound_task(Task* task, Thread* cur) {
   Capability* cap = task->cap;
   requeue_running(task, cap, cur, true);  // bound, so never stolen; but uniform
   task->give_cap_to_spare = true;  // done by our scheduler context
-  switch_to(task, cap, cur, nullptr, false);
+  switch_to(task, cap, cur, nullptr, false, SwitchWhy::migrated);
 }
 
 [[noreturn]] void fatal_stack_overflow(Thread* t) {

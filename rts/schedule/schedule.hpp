@@ -13,6 +13,7 @@
 #include "task/task.hpp"
 #include "thread/thread.hpp"
 #include "thread/threads.hpp"
+#include "trace/trace.hpp"
 
 namespace capstan::rts {
 
@@ -41,6 +42,8 @@ void move_off_bound_task(Task* task, Thread* cur);
 
 // yield_current requeues the running thread at the back and runs the next.
 void yield_current();
+// yield_current_because is yield_current, telling the event trace why.
+void yield_current_because(SwitchWhy why);
 // yield_point_slow: a safe point found its capability's context_switch set.
 void yield_point_slow();
 

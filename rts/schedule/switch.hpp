@@ -21,6 +21,7 @@
 #include "task/task.hpp"
 #include "thread/thread.hpp"
 #include "thread/threads.hpp"
+#include "trace/trace.hpp"
 
 namespace capstan::rts {
 
@@ -88,8 +89,12 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
 // switch_to leaves `from` (null: the Task's scheduler context) for `to`
 // (null: the scheduler context).  The caller has already requeued, blocked
 // or finished `from`.  Returns when someone switches back to `from`.
+// `why` says why `from` leaves, for the event trace (trace/trace.hpp).
 [[gnu::always_inline]] static inline void switch_to(Task* task, Capability* cap, Thread* from,
-                                                    Thread* to, bool from_dying) {
+                                                    Thread* to, bool from_dying,
+                                                    SwitchWhy why = SwitchWhy::none) {
+  if (rt.tracing) [[unlikely]]
+    trace_switch(cap, from, to, why);
   int* errno_loc = task->errno_loc;
   EhGlobals* eh = task->eh;
   void** save;
@@ -98,6 +103,7 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
     if (stack_pointer() < from->stack_lo) [[unlikely]]
       fatal_stack_overflow(from);
     from->saved_errno = *errno_loc;
+    from->last_ran_ns = rt.coarse_now_ns.load(std::memory_order_relaxed);  // for dumps
     // Exception state is almost always empty: save it only when it is not.
     if (eh->caught || eh->uncaught) [[unlikely]] {
       from->eh = *eh;

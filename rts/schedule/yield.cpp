@@ -45,7 +45,7 @@ namespace {
   Task* task = my_task();
   t->state = ThreadState::blocked;
   t->why = WhyBlocked::on_shutdown;
-  switch_to(task, task->cap, t, nullptr, false);
+  switch_to(task, task->cap, t, nullptr, false, SwitchWhy::abandoned);
   __builtin_unreachable();  // nobody resumes an abandoned thread
 }
 
@@ -61,13 +61,15 @@ void check_killed(Thread* t) {
   Thread* next = pick(cap);
   if (next || cap->bound_next) {
     requeue_running(task, cap, t, false);
-    switch_to(task, cap, t, next, false);
+    switch_to(task, cap, t, next, false, SwitchWhy::yield);
   }
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
   throw thread_killed{};
 }
 
-void yield_current() {
+void yield_current() { yield_current_because(SwitchWhy::yield); }
+
+void yield_current_because(SwitchWhy why) {
   Task* task = green_task_before_switch();
   if (!task) [[unlikely]] task = require_green_thread("capstan::yield");  // throws
   Capability* cap = task->cap;
@@ -80,7 +82,7 @@ void yield_current() {
   Thread* next = pick(cap);
   if (!next && !cap->bound_next) return;  // nothing else to run: keep going
   requeue_running(task, cap, cur, false);
-  switch_to(task, cap, cur, next, false);
+  switch_to(task, cap, cur, next, false, why);
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
   raise_pending(cur, false);
 }
@@ -107,9 +109,9 @@ void yield_point_slow() {
       stay_running(task, cur);
       return;
     }
-    switch_to(task, cap, cur, next, false);
+    switch_to(task, cap, cur, next, false, SwitchWhy::preempted);
   } else if (why & kTimesliceExpired) {
-    yield_current();  // See Note [Requeue front or back]: back
+    yield_current_because(SwitchWhy::timeslice);  // See Note [Requeue front or back]: back
   } else if (why & kInterrupt) {
     // Interrupted, not expired: the thread keeps the front of the queue, so
     // after the interrupt's work (the inbox) it simply continues.

@@ -83,6 +83,7 @@ Task* new_task(TaskKind kind) {
   } else {
     rt.tasks.push_back(std::make_unique<Task>());
     t = rt.tasks.back().get();
+    t->no = static_cast<unsigned>(rt.tasks.size() - 1);
     t->threads.attach(&rt.depot);
   }
   t->kind = kind;

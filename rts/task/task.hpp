@@ -76,6 +76,7 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   PostSwitch post;               // [owner: this OS thread] written by the leaving side, run by the landing side
   Parker parker;                 // [atomic] sleeps here when idle, spare, or waiting for a capability
   TaskKind kind = TaskKind::worker;  // [written by new_task under rt.tasks_mu]
+  unsigned no = 0;                   // [written once by new_task under rt.tasks_mu] index in rt.tasks
 
   // --- hand-over (Note [Handing over a capability]) ------------------------
   std::atomic<bool> given{false};  // [atomic] giver: release after the two below

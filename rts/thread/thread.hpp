@@ -30,6 +30,10 @@ struct Task;
 enum class ThreadState : std::uint8_t { runnable, running, blocked, finished };
 enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_spark, on_shutdown };
 
+// What an IO-manager wait parks for (it parks on an mvar: the IO manager
+// fills it); for thread dumps, the event trace and gdb, never control flow.
+enum class IoWait : std::uint8_t { none, sleep, fd_read, fd_write, close_fd };
+
 // A thread's mask state (capstan::mask_state's values).
 enum class Mask : std::uint8_t { unmasked, interruptible, uninterruptible };
 
@@ -70,6 +74,27 @@ struct Thread {
   void* closure = nullptr;         // inline_closure or heap
   std::size_t closure_align = 0;   // of a heap closure
   std::string* label = nullptr;    // owner: the thread itself / label_thread under all_lock
+  // An IO-manager wait in progress ([owner]; read racily by dumps: Note [A
+  // thread dump is a snapshot] in thread/dump.cpp): what it waits for, and
+  // the fd, or the sleep's deadline on now_ns()'s clock.
+  IoWait io_wait = IoWait::none;
+  std::int64_t io_arg = 0;
+  // The primitive and operation of the mvar_core wait in progress
+  // (waiter::what, waiter::kind), copied when it parks ([owner]; read
+  // racily by dumps): the waiter itself may be gone by the time one looks.
+  std::uint8_t wait_what = 0;
+  std::uint8_t wait_op = 0;
+  // When it last stopped running (switched away), on the ticker's coarse
+  // clock (Runtime::coarse_now_ns, [owner]; read racily by dumps).
+  std::int64_t last_ran_ns = 0;
+  // Event trace (+RTS -l) only, trace/trace.cpp: the wake-up flow that ends
+  // at its next run ([waker writes before the wake, runner reads after]);
+  // the start of the safe call it is in and that call's Task ([owner]);
+  // whether thread_killed ended it ([owner]).
+  std::uint64_t trace_flow = 0;
+  std::int64_t trace_call_t0 = 0;
+  unsigned trace_call_task = 0;
+  bool trace_killed = false;
 
   // Per-capability list of every live thread (home->all_lock); used to find
   // blocked threads at shutdown.  See Note [Killing a blocked thread].

@@ -9,6 +9,7 @@
 #include "runtime/runtime.hpp"
 #include "thread/threads.hpp"
 #include "task/green_thread.hpp"
+#include "trace/trace.hpp"
 
 namespace capstan {
 
@@ -67,6 +68,8 @@ void label_thread(thread_id id, std::string_view label) {
     }
     c->all_lock.unlock();
   }
+  if (found && rts::rt.tracing) [[unlikely]]
+    rts::trace_label(task->cap, id.value(), label);
   delete fresh;  // the old label, or ours if the thread has finished (a no-op, as GHC's)
   detail::safe_point();
 }

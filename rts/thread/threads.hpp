@@ -65,6 +65,11 @@ inline void discard_thread(Thread* t) noexcept {
   t->raised = nullptr;
   t->timeouts = nullptr;
   t->unarmed_timeouts = 0;
+  t->io_wait = IoWait::none;
+  t->last_ran_ns = 0;
+  t->trace_flow = 0;
+  t->trace_call_t0 = 0;
+  t->trace_killed = false;
   Task* task = my_task();
   if (task && task->cap) task->cap->threads.put(t);
   else rt.depot.give_batch(t, 1);

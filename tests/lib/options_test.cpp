@@ -54,6 +54,24 @@ TEST_F(Options, ConsumesRtsGroupsAndKeepsProgramArguments) {
   EXPECT_EQ(a.argv()[3], nullptr);
 }
 
+TEST_F(Options, DiagnosticFlags) {
+  Argv a({"prog", "+RTS", "-l", "--dump-on-sigquit", "--warn-hog=250", "-RTS"});
+  auto o = capstan::options::parse(a.argc, a.argv());
+  EXPECT_TRUE(o.trace);
+  EXPECT_EQ(o.trace_file, "");  // the default name, <program>.trace.json
+  EXPECT_TRUE(o.dump_on_sigquit);
+  EXPECT_EQ(o.warn_hog, std::chrono::milliseconds(250));
+  Argv b({"prog", "+RTS", "-lrun.json", "--warn-hog=0", "-RTS"});
+  auto p = capstan::options::parse(b.argc, b.argv());
+  EXPECT_TRUE(p.trace);
+  EXPECT_EQ(p.trace_file, "run.json");
+  EXPECT_FALSE(p.dump_on_sigquit);
+  EXPECT_EQ(p.warn_hog, std::chrono::milliseconds(0));
+  capstan::options d;
+  EXPECT_FALSE(d.trace);
+  EXPECT_EQ(d.warn_hog, std::chrono::milliseconds(100));
+}
+
 TEST_F(Options, DashDashRtsEndsFlagProcessing) {
   Argv a({"prog", "--RTS", "+RTS", "-N2"});
   auto o = capstan::options::parse(a.argc, a.argv());
@@ -102,6 +120,10 @@ TEST_F(Options, MalformedFlagsNameTheFlagAndTheAcceptedForm) {
   expect_error({"p", "+RTS", "-Cabc"}, "-Cabc", "-C<secs>");
   expect_error({"p", "+RTS", "-sfile"}, "-sfile", "-s");
   expect_error({"p", "+RTS", "-Z"}, "-Z", "accepted: -N[<n>], -K<size>, -C<secs>, -s");
+  expect_error({"p", "+RTS", "--warn-hog"}, "--warn-hog", "--warn-hog=<ms>");
+  expect_error({"p", "+RTS", "--warn-hog=x"}, "--warn-hog=x", "--warn-hog=<ms>");
+  expect_error({"p", "+RTS", "--warn-hog=-5"}, "--warn-hog=-5", "0 <= ms <= 3600000");
+  expect_error({"p", "+RTS", "--dump-on-sigquit=1"}, "--dump-on-sigquit=1", "--dump-on-sigquit");
   expect_error({"p", "+RTS", "N2"}, "N2", "start with '-'");
   expect_error({"p", "-RTS"}, "-RTS", "without a preceding +RTS");
 }

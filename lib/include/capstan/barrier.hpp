@@ -115,7 +115,7 @@ class barrier {
       core_.unlock();
       return;
     }
-    detail::waiter w;
+    detail::waiter w(detail::waiter::barrier);
     core_.enqueue(w);
     core_.park(w);
   }

@@ -138,7 +138,7 @@ class chan {
     op g(core_);
     if (!ring_.empty()) return ring_.pop();
     std::optional<T> dest;
-    detail::waiter w;
+    detail::waiter w(detail::waiter::chan);
     block(g, w, dest);
     core_.park(w);  // returns with dest filled by a writer
     return std::move(*dest);
@@ -161,7 +161,7 @@ class chan {
     if (!ring_.empty()) return ring_.pop();
     if (ns <= 0) return std::nullopt;
     std::optional<T> dest;
-    detail::waiter w;
+    detail::waiter w(detail::waiter::chan);
     block(g, w, dest);
     if (!core_.park_timed(w, ns)) return std::nullopt;
     return dest;

@@ -124,7 +124,7 @@ class condition_variable {
     detail::mvar_core::blocking_point("capstan::condition_variable::wait");
     if (!lk.owns_lock())
       throw usage_error("capstan::condition_variable::wait: the unique_lock does not own its mutex");
-    detail::waiter w;
+    detail::waiter w(detail::waiter::condition_variable);
     bool served;
     {
       struct relock {

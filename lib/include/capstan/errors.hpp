@@ -42,6 +42,9 @@ struct timeout_expired {
 class blocked_indefinitely : public std::runtime_error {
  public:
   blocked_indefinitely() : std::runtime_error("thread blocked indefinitely in an mvar operation") {}
+  // The deadlock detector's report: the message, then one line per thread
+  // that was blocked (what it waited on, where), as capstan::dump_threads.
+  explicit blocked_indefinitely(const std::string& report) : std::runtime_error(report) {}
 };
 
 // io_error: an fd wait ended without readiness, e.g. the fd was closed with

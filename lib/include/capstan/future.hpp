@@ -69,7 +69,7 @@ struct future_state {
       core.unlock();
       return false;
     }
-    waiter w;
+    waiter w(waiter::future);
     core.enqueue(w);
     if (ns < 0) {
       core.park(w);

@@ -72,7 +72,7 @@ class latch {
       core_.unlock();
       return;
     }
-    detail::waiter w;
+    detail::waiter w(detail::waiter::latch);
     core_.enqueue(w);
     core_.park(w);
   }

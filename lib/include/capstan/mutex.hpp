@@ -157,7 +157,7 @@ class mutex {
         core_.unlock();  // (kContended with nobody queued: unlock_slow frees it)
         return false;
       }
-      detail::waiter w;
+      detail::waiter w(detail::waiter::mutex);
       w.slot = &lw;
       if (lw.lost) core_.enqueue_front(w); else core_.enqueue(w);
       if (ns < 0) core_.park(w);

@@ -38,6 +38,19 @@ struct options {
   // (they could try_put into an mvar); `force` ignores them.
   enum class deadlock : unsigned char { off, on, force };
   deadlock deadlock_detection = deadlock::on;
+  // Event trace, +RTS -l[<file>]: record which thread ran where and why it
+  // stopped, wake-ups, sparks, safe calls, idle time, and write it as
+  // Chrome trace-event JSON (Perfetto, chrome://tracing) when run() ends.
+  // An empty trace_file means "<program>.trace.json".  See docs/trace.md.
+  bool trace = false;
+  std::string trace_file;
+  // +RTS --dump-on-sigquit: SIGQUIT prints the thread dump (dump_threads)
+  // to stderr and the program goes on, as a JVM's does.
+  bool dump_on_sigquit = false;
+  // +RTS --warn-hog=<ms>: a thread that holds a capability this long
+  // without reaching a safe point while other threads wait is named once
+  // on stderr, with the advice to call yield_point().  0 = never.
+  std::chrono::milliseconds warn_hog{100};
 
   // parse returns the defaults updated first by the CAPSTAN_RTS environment
   // variable, then by every `+RTS ... -RTS` group in argv, which it removes

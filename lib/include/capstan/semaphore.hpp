@@ -102,7 +102,7 @@ class counting_semaphore {
       core_.unlock();
       return false;
     }
-    detail::waiter w;
+    detail::waiter w(detail::waiter::semaphore);
     core_.enqueue(w);
     if (ns < 0) {
       core_.park(w);  // served: release handed us a unit

@@ -78,7 +78,7 @@ class shared_mutex {
 
  private:
   void park(detail::waiter::kind_t kind) {
-    detail::waiter w;
+    detail::waiter w(detail::waiter::shared_mutex);
     w.kind = kind;
     core_.enqueue(w);
     core_.park(w);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <new>
 #include <string_view>
@@ -67,6 +68,11 @@ unsigned num_capabilities();
 
 // label_thread attaches a label, shown in diagnostics, to a live thread.
 void label_thread(thread_id t, std::string_view label);
+
+// dump_threads writes one line per live green thread to `out` - its state,
+// what it is blocked on, its capability or Task, stack in use, time since
+// it last ran - from any OS thread while a runtime runs (docs/debugging.md).
+void dump_threads(std::FILE* out);
 
 }  // namespace capstan
 

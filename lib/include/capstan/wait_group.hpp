@@ -59,7 +59,7 @@ class wait_group {
       core_.unlock();
       return;
     }
-    detail::waiter w;
+    detail::waiter w(detail::waiter::wait_group);
     core_.enqueue(w);
     core_.park(w);
   }

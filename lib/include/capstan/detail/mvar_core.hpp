@@ -17,6 +17,15 @@ struct waiter {
   // woken thread after park() returns.
   // interrupted: an asynchronous exception (Thread::raised) ended the wait.
   enum outcome_t : std::uint8_t { served, killed, orphaned, timed_out, interrupted };
+  // What the blocked thread waits in: the primitive that built this waiter,
+  // for thread dumps, the event trace and gdb (never for control flow).
+  enum what_t : std::uint8_t {
+    mvar, chan, mutex, shared_mutex, condition_variable, semaphore, latch, barrier,
+    wait_group, future, throw_to, runtime_event
+  };
+
+  waiter() = default;
+  explicit waiter(what_t w) noexcept : what(w) {}
 
   waiter* next = nullptr;
   waiter* prev = nullptr;
@@ -25,6 +34,7 @@ struct waiter {
   kind_t kind = take;
   outcome_t outcome = served;
   bool timed = false;      // take_for: a timer may end the wait (Note [Timed takes])
+  what_t what = mvar;
 };
 
 // Note [Waking after unlock]

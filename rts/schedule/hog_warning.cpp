@@ -1,0 +1,73 @@
+// hog_warning.cpp - the ticker names, once, a thread that has held its
+// capability for longer than +RTS --warn-hog=<ms> (default 100 ms) without
+// reaching a safe point while other threads waited for that capability.
+//
+// Note [Warning about a hog]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A loop with no runtime call in it never reaches a safe point, so the
+// timeslice cannot take the capability back: the threads queued behind it
+// wait (at -N1, for as long as it runs; at -N2 and up, until an idle
+// capability takes them: Note [Stealing from a stalled capability]).  The
+// fix is in the program - a yield_point() in the loop - so the runtime
+// says so, as Go's race detector or GHC's -fno-omit-yields advice would.
+// The ticker already wakes every tick; on each it reads, for each busy
+// capability, its sched_epoch (one more per scheduling decision) and how
+// many threads wait in its run queue and inbox.  A capability whose epoch
+// has not moved for warn_hog while at least one thread waited is running a
+// hog: its current thread (a racy read, Note [A thread dump is a
+// snapshot]; the epoch re-read after it confirms the thread was running
+// all along) is named on stderr with the advice, once per thread.  Cost:
+// nothing on the scheduler's paths; a few loads per capability per tick.
+// Rejected: a check in the scheduler (it is exactly what does not run
+// during a hog), and a timer per pick (a clock read on every switch).
+#include "schedule/hog_warning.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "capability/capability.hpp"
+#include "primitives/clock.hpp"
+#include "runtime/runtime.hpp"
+#include "thread/dump.hpp"
+#include "thread/thread.hpp"
+
+namespace capstan::rts {
+
+void HogWarner::tick() {
+  auto limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt.opts.warn_hog).count();
+  if (limit_ns == 0) return;
+  if (seen_.size() != rt.n_caps) seen_.assign(rt.n_caps, Seen{});
+  std::int64_t now = now_ns();
+  for (Capability* c : rt.caps) {
+    Seen& s = seen_[c->no];
+    // acquire: pairs with the owner's release increment, so the current
+    // thread read below is at least as new as this decision.
+    std::uint64_t epoch = c->sched_epoch.load(std::memory_order_acquire);
+    if (c->idle.load(std::memory_order_relaxed) || epoch != s.epoch || s.since_ns == 0) {
+      s = Seen{epoch, now, 0};
+      continue;
+    }
+    std::uint64_t waiting = c->run_queue.size() + (c->inbox.maybe_nonempty() ? 1 : 0);
+    if (waiting > s.most_waiting) s.most_waiting = waiting;
+    if (s.most_waiting == 0 || now - s.since_ns < limit_ns) continue;
+    Thread* t = snap(c->current);
+    if (!t) continue;
+    std::uint64_t id = snap(t->id);
+    if (c->sched_epoch.load(std::memory_order_acquire) != epoch) continue;  // it moved on
+    if (!warned_.insert(id).second) continue;
+    std::string name;
+    Capability* home = t->home;
+    home->all_lock.lock();
+    name = thread_name(t);
+    home->all_lock.unlock();
+    fmt::print(stderr,
+               "capstan: {} has held capability {} for {} ms without reaching a safe point while "
+               "{} other thread{} waited for it; call capstan::yield_point() in its long loops "
+               "(named once; +RTS --warn-hog=<ms> sets the limit, 0 silences it)\n",
+               name, c->no, (now - s.since_ns) / 1'000'000, s.most_waiting,
+               s.most_waiting == 1 ? "" : "s");
+  }
+}
+
+}  // namespace capstan::rts

@@ -1,0 +1,27 @@
+// hog_warning.hpp - naming a thread that keeps a capability to itself
+// (+RTS --warn-hog=<ms>).  See Note [Warning about a hog] in
+// schedule/hog_warning.cpp.
+#pragma once
+
+#include <cstdint>
+#include <unordered_set>
+#include <vector>
+
+namespace capstan::rts {
+
+// HogWarner: called by the ticker on every tick.
+class HogWarner {
+ public:
+  void tick();
+
+ private:
+  struct Seen {
+    std::uint64_t epoch = 0;      // the capability's sched_epoch when last changed
+    std::int64_t since_ns = 0;    // when it last changed (0: idle, not watched)
+    std::uint64_t most_waiting = 0;  // most threads seen waiting behind it since
+  };
+  std::vector<Seen> seen_;                 // [ticker] per capability
+  std::unordered_set<std::uint64_t> warned_;  // [ticker] thread ids named already
+};
+
+}  // namespace capstan::rts

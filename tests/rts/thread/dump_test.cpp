@@ -1,0 +1,219 @@
+// dump_test.cpp - the thread dump: every live thread is listed once, with
+// the state and the wait it is really in; it can be asked for from a
+// foreign OS thread; deadlock reports carry the blocked threads' lines.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capstan_test.hpp"
+
+namespace {
+
+using capstan_test::WithCaps;
+
+class Dump : public WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(Dump);
+
+// dump_to_string runs dump_threads into a memory stream.
+std::string dump_to_string() {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  capstan::dump_threads(f);
+  std::fclose(f);
+  std::string s(buf, len);
+  std::free(buf);
+  return s;
+}
+
+// line_of returns the dump line of thread `id`, or "" (and fails if there
+// is more than one).
+std::string line_of(const std::string& dump, capstan::thread_id id) {
+  std::istringstream in(dump);
+  std::string line, found;
+  std::string key = "  thread " + std::to_string(id.value());
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0 && (line.size() == key.size() || line[key.size()] == ' ' ||
+                                    line[key.size()] == ':')) {
+      found = line;
+      ++n;
+    }
+  }
+  EXPECT_LE(n, 1) << "thread " << id.value() << " listed " << n << " times:\n" << dump;
+  return found;
+}
+
+bool blocked(capstan::thread_id t) { return capstan::state_of(t) == capstan::thread_state::blocked; }
+
+TEST_P(Dump, NamesEveryThreadAndWhatItWaitsOn) {
+  run([&] {
+    capstan::mvar<int> empty;
+    capstan::chan<int> ch;
+    capstan::mutex mu;
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    std::atomic<bool> release_call{false};
+    std::atomic<bool> in_call{false};
+
+    auto taker = capstan::fork_io([&] { empty.take(); });
+    capstan::label_thread(taker, "taker");
+    auto reader = capstan::fork_io([&] { ch.read(); });
+    capstan::label_thread(reader, "reader");
+    auto sleeper = capstan::fork_io([&] { capstan::sleep_for(std::chrono::seconds(60)); });
+    capstan::label_thread(sleeper, "sleeper");
+    auto poller = capstan::fork_io([&] { capstan::wait_readable(fds[0]); });
+    capstan::label_thread(poller, "poller");
+    mu.lock();
+    auto locker = capstan::fork_io([&] { std::lock_guard<capstan::mutex> g(mu); });
+    capstan::label_thread(locker, "locker");
+    auto caller = capstan::fork_io([&] {
+      capstan::safe_call([&] {
+        in_call = true;
+        while (!release_call) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    });
+    capstan::label_thread(caller, "caller");
+
+    ASSERT_TRUE(capstan_test::green_wait_until([&] {
+      return blocked(taker) && blocked(reader) && blocked(sleeper) && blocked(poller) &&
+             blocked(locker) && in_call;
+    }));
+    std::string dump = dump_to_string();
+    SCOPED_TRACE(dump);
+    EXPECT_NE(dump.find("capstan: thread dump (dump_threads)"), std::string::npos);
+    EXPECT_NE(dump.find(": 7 live green threads"), std::string::npos);
+
+    std::string l = line_of(dump, taker);
+    EXPECT_NE(l.find("\"taker\": blocked on mvar take 0x"), std::string::npos) << l;
+    EXPECT_NE(l.find("stack "), std::string::npos) << l;
+    EXPECT_NE(l.find("last ran "), std::string::npos) << l;
+    l = line_of(dump, reader);
+    EXPECT_NE(l.find("\"reader\": blocked on chan read 0x"), std::string::npos) << l;
+    l = line_of(dump, sleeper);
+    EXPECT_NE(l.find("\"sleeper\": blocked on sleep_for, due in "), std::string::npos) << l;
+    l = line_of(dump, poller);
+    EXPECT_NE(l.find("\"poller\": blocked on fd " + std::to_string(fds[0]) + " to be readable"),
+              std::string::npos)
+        << l;
+    l = line_of(dump, locker);
+    EXPECT_NE(l.find("\"locker\": blocked on mutex lock 0x"), std::string::npos) << l;
+    l = line_of(dump, caller);
+    EXPECT_NE(l.find("\"caller\": in a safe call on task "), std::string::npos) << l;
+    l = line_of(dump, capstan::self());
+    EXPECT_NE(l.find("(main): running on capability "), std::string::npos) << l;
+
+    release_call = true;
+    empty.put(1);
+    ch.write(2);
+    mu.unlock();
+    capstan::kill_thread(sleeper);
+    ASSERT_EQ(::write(fds[1], "x", 1), 1);
+    for (auto t : {taker, reader, poller, locker, caller})
+      ASSERT_TRUE(capstan_test::green_wait_until([&] {
+        return capstan::state_of(t) == capstan::thread_state::finished;
+      }));
+    // Finished threads leave the listing.
+    std::string after = dump_to_string();
+    EXPECT_EQ(line_of(after, taker), "") << after;
+    EXPECT_NE(after.find(": 1 live green thread\n"), std::string::npos) << after;
+    ::close(fds[0]);
+    ::close(fds[1]);
+  });
+}
+
+TEST_P(Dump, AForeignOsThreadCanAskForOne) {
+  run([&] {
+    capstan::mvar<int> empty;
+    auto taker = capstan::fork_io([&] { empty.take(); });
+    capstan::label_thread(taker, "from-afar");
+    ASSERT_TRUE(capstan_test::green_wait_until([&] { return blocked(taker); }));
+    std::string dump;
+    capstan::safe_call([&] {
+      std::thread([&] { dump = dump_to_string(); }).join();
+    });
+    EXPECT_NE(line_of(dump, taker).find("\"from-afar\": blocked on mvar take"), std::string::npos)
+        << dump;
+    empty.put(1);
+  });
+}
+
+// With +RTS --dump-on-sigquit, SIGQUIT prints the dump on stderr and the
+// program carries on.
+TEST_P(Dump, SigquitPrintsItAndTheProgramGoesOn) {
+  auto o = capstan_test::opts(caps());
+  o.dump_on_sigquit = true;
+  std::fflush(stderr);
+  char path[] = "/tmp/capstan-dump-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  int saved = ::dup(2);
+  ::dup2(fd, 2);
+  auto captured = [fd] {
+    std::string s;
+    char buf[4096];
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(fd, buf, sizeof buf, off);
+      if (n <= 0) break;
+      s.append(buf, static_cast<std::size_t>(n));
+      off += n;
+    }
+    return s;
+  };
+  capstan::thread_id taker;
+  bool seen = false;
+  int after = 0;
+  run(o, [&] {
+    capstan::mvar<int> empty;
+    taker = capstan::fork_io([&] { after = empty.take(); });
+    capstan::label_thread(taker, "quit-me");
+    ASSERT_TRUE(capstan_test::green_wait_until([&] { return blocked(taker); }));
+    ::kill(::getpid(), SIGQUIT);
+    seen = capstan_test::green_wait_until([&] {
+      return captured().find("\"quit-me\": blocked on mvar take") != std::string::npos;
+    });
+    empty.put(7);  // still running: the signal did not end the program
+  });
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string out = captured();
+  ::close(fd);
+  EXPECT_TRUE(seen) << out;
+  EXPECT_NE(out.find("capstan: thread dump (SIGQUIT)"), std::string::npos) << out;
+  EXPECT_EQ(after, 7);
+}
+
+TEST(DumpOutsideARun, SaysNoRuntimeRunsAndRejectsANullFile) {
+  EXPECT_EQ(dump_to_string(), "capstan: thread dump: no runtime is running\n");
+  EXPECT_THROW(capstan::dump_threads(nullptr), capstan::usage_error);
+}
+
+TEST_P(Dump, ADeadlockReportListsTheBlockedThreads) {
+  std::string what;
+  capstan::thread_id stuck;
+  run([&] {
+    capstan::mvar<int> never;
+    capstan::chan<int> silent;
+    stuck = capstan::fork_io([&] { silent.read(); });
+    capstan::label_thread(stuck, "stuck-reader");
+    try {
+      never.take();
+    } catch (const capstan::blocked_indefinitely& e) {
+      what = e.what();
+    }
+  });
+  EXPECT_NE(what.find("deadlock; the blocked threads were:"), std::string::npos) << what;
+  EXPECT_NE(what.find("(main): blocked on mvar take 0x"), std::string::npos) << what;
+  EXPECT_NE(what.find("\"stuck-reader\": blocked on chan read 0x"), std::string::npos) << what;
+}
+
+}  // namespace
