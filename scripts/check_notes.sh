@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # check_notes.sh - every Note referred to ("See Note [X]", "Note [X] in
-# file", "Notes [X] and [Y]") in the sources, tests, scripts and docs is
-# defined somewhere: a comment line "Note [X]" followed by a line of "~~~".
+# file", "Notes [X] and [Y]") in the sources, tests, scripts, docs and
+# models (models/*.pml) is defined somewhere: a comment line "Note [X]"
+# followed by a line of "~~~".
 # Exits 1 and names each dangling reference otherwise.  Run by
 # scripts/test.sh before the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 - <<'PY'
 import os, re, sys
-roots = ["rts", "lib", "tests", "nofib_like", "examples", "scripts", "docs", "README.md"]
-exts = (".cpp", ".hpp", ".c", ".h", ".S", ".py", ".sh", ".md", ".build")
+roots = ["rts", "lib", "tests", "nofib_like", "examples", "scripts", "docs", "models", "README.md"]
+exts = (".cpp", ".hpp", ".c", ".h", ".S", ".py", ".sh", ".md", ".build", ".pml")
 files = []
 for r in roots:
     if os.path.isfile(r):

@@ -11,7 +11,8 @@
 set -euo pipefail
 
 packages=(meson ninja-build g++ pkg-config cmake python3 libuv1-dev libfmt-dev libgtest-dev wrk libboost-fiber-dev
-          python3-matplotlib)  # python3-matplotlib: scripts/plot.py
+          python3-matplotlib  # scripts/plot.py
+          spin)               # scripts/check_models.sh
 if [[ "${1:-}" == "--with-ghc" ]]; then
   packages+=(ghc libghc-parallel-dev libghc-warp-dev)
 fi

@@ -172,7 +172,7 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   }
   task->bound_thread = t;
   task->bound_done = false;
-  std::int64_t started_ns = rt.tracing ? now_ns() : 0;
+  std::int64_t started_ns = rt.tracing ? trace_now() : 0;
   std::uint64_t thread_no = t->id;  // t is recycled once it finishes
   if (got) {
     take_capability(task, got);

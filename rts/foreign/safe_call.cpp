@@ -39,6 +39,7 @@
 // flag and sticky Parker survive any interleaving.  Latency: the returner
 // waits for the holder's next safe point, not for a tick (GHC waits ~14 ms
 // here for the tick that makes the holder yield).
+// Checked by models/capability_handover.pml (docs/models.md).
 //
 // Note [Lazy release]
 // ~~~~~~~~~~~~~~~~~~~
@@ -56,6 +57,7 @@
 // releases a capability (release_capability) uses the seq_cst hand-shake.
 // This is Go's trade (sysmon retakes Ps in syscalls), with the common case
 // handled without waiting for the monitor at all.
+// Checked by models/capability_handover.pml, whose ticker-less variant strands work.
 //
 // Note [Unbound threads on a bound Task]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

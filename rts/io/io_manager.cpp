@@ -85,6 +85,7 @@
 //     first, the cancel is a no-op; otherwise it stops the timer/poll.
 //     Each of the two messages is pushed at most once, so the intrusive
 //     `next` links never alias.
+// Checked by models/io_wakeup.pml (docs/models.md).
 //
 // Note [Requests are shared]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -147,6 +148,7 @@
 // pusher either enters before the clearing (and shutdown waits for it) or
 // finds the gate closed.  A pusher stays inside for an allocation and a
 // push, so the wait is short.
+// Checked by models/io_wakeup.pml (docs/models.md).
 // The two calls are noexcept, as destructors need, and must not lose their
 // message when memory is short: if new fails, the Request comes from a
 // fixed reserve of kReserve slots, each claimed with a CAS (acquire) and
@@ -488,14 +490,14 @@ void IoManager::close_trace_handles() noexcept {
 
 void IoManager::on_prepare(uv_prepare_t* p) {
   auto* self = static_cast<IoManager*>(p->loop->data);
-  self->wait_start_ns_ = now_ns();
+  self->wait_start_ns_ = trace_now();
   self->idle_before_ = uv_metrics_idle_time(p->loop);
 }
 
 void IoManager::on_check(uv_check_t* c) {
   auto* self = static_cast<IoManager*>(c->loop->data);
   auto waited = static_cast<std::int64_t>(uv_metrics_idle_time(c->loop) - self->idle_before_);
-  if (self->wait_start_ns_ != 0) trace_io_wait(self->wait_start_ns_, self->wait_start_ns_ + waited);
+  if (self->wait_start_ns_ != 0) trace_io_wait(self->wait_start_ns_, waited);
 }
 
 }  // namespace iomgr

@@ -19,6 +19,7 @@ namespace capstan::rts {
 // same lock the waker takes.  The waker dequeues the waiter under the lock,
 // which gives it alone the right to wake the thread: a thread is woken
 // exactly once per block.
+// Checked by models/mvar_block.pml (docs/models.md).
 void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after) {
   Capability* cap = task->cap;
   cur->state = ThreadState::blocked;

@@ -22,6 +22,7 @@
 // wake-up]).
 // The stop flag is part of the re-check: a capability that went to sleep
 // just as the runtime stopped would otherwise never leave.
+// Checked by models/capability_sleep.pml (docs/models.md).
 #include "schedule/idle.hpp"
 
 #include "schedule/steal.hpp"

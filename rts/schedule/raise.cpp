@@ -41,6 +41,7 @@
 // critical section (mvar_core::park).  A thrower holding the same lock sees
 // either blocked_on (and interrupts the wait) or not yet (and T, taking the
 // lock after it, sees the pending message and raises instead of parking).
+// Checked by models/mvar_block.pml (docs/models.md).
 //
 // Raising never happens while T is unwinding (a throw from a destructor
 // during unwinding would terminate()); the message waits for the next

@@ -39,6 +39,7 @@
 //
 // The hand-over of a finished stolen spark: Note [Completing a stolen spark]
 // in sparks/sparks.cpp.
+// Checked by models/spark_steal.pml (docs/models.md).
 //
 // Accounting, exactly as GHC's +RTS -s SPARKS line:
 //   created    pushed into a pool

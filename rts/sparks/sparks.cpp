@@ -48,6 +48,7 @@ void lock_spark(spark_base* s) { spin_lock(s->lock); }
 //           its stack: no early wake-up), release it, wake the maker.
 // The exchange and the CAS are ordered on the same word, so exactly one of
 // "the thief sees a waiter" and "the maker sees done" happens.
+// Checked by models/spark_steal.pml (docs/models.md).
 constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
 // complete publishes a stolen spark's result and wakes its maker if it waits.

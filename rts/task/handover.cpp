@@ -45,6 +45,7 @@
 // Rejected: a capability lock (GHC's cap->lock) taken by every Task that
 // wants to look at it - the holder would take it on hot paths; here the
 // holder touches only its own word, and only hand-overs pay.
+// Checked by models/capability_handover.pml (docs/models.md).
 #include "task/handover.hpp"
 
 #include <cstdio>

@@ -7,7 +7,7 @@
 //     capability's current), runnable, blocked, finished;
 //   * what a blocked thread waits on: the IO manager's wait (Thread::io_wait:
 //     a sleep's deadline, an fd), else the primitive and operation of its
-//     mvar_core wait (Thread::wait_what / wait_op) and that core's address
+//     mvar_core wait (Thread::wait_tag) and that core's address
 //     (Thread::blocked_on), or a spark being run elsewhere, or shutdown;
 //   * where: the capability that runs it next, or its Task when bound;
 //   * stack bytes in use of its reservation, from the saved stack pointer
@@ -39,7 +39,7 @@ namespace capstan::rts {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The dump reads fields that their owners write without synchronisation:
 // a thread's state, why, capability, saved stack pointer, io_wait,
-// wait_what/wait_op, blocked_on, last_ran_ns, and each capability's
+// wait_tag, blocked_on, last_ran_ns, and each capability's
 // current.  It must: taking the owners' locks would need every owner to
 // cooperate, and a dump is for when one does not.  So:
 //  * Thread objects are never freed during a run (their slabs live as long
@@ -205,10 +205,10 @@ std::string waits_on(const Thread* t, std::int64_t now) {
     case IoWait::close_fd: return fmt::format("close_fd of fd {}", arg);
     case IoWait::none: break;
   }
-  std::uint8_t what = snap(t->wait_what);
+  std::uint8_t what = snap(t->wait_tag.what);
   const void* core = snap(t->blocked_on);
   if (what == detail::waiter::mvar)
-    return fmt::format("mvar {} {}", op_name(snap(t->wait_op)), fmt::ptr(core));
+    return fmt::format("mvar {} {}", op_name(snap(t->wait_tag.op)), fmt::ptr(core));
   return fmt::format("{} {}", what_name(what), fmt::ptr(core));
 }
 

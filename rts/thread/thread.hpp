@@ -79,11 +79,14 @@ struct Thread {
   // the fd, or the sleep's deadline on now_ns()'s clock.
   IoWait io_wait = IoWait::none;
   std::int64_t io_arg = 0;
-  // The primitive and operation of the mvar_core wait in progress
-  // (waiter::what, waiter::kind), copied when it parks ([owner]; read
-  // racily by dumps): the waiter itself may be gone by the time one looks.
-  std::uint8_t wait_what = 0;
-  std::uint8_t wait_op = 0;
+  // The operation and primitive of the mvar_core wait in progress
+  // (waiter::kind, waiter::what, in that order: copied together when it
+  // parks; [owner], read racily by dumps): the waiter itself may be gone by
+  // the time one looks.
+  struct WaitTag {
+    std::uint8_t op;    // waiter::kind
+    std::uint8_t what;  // waiter::what
+  } wait_tag{};
   // When it last stopped running (switched away), on the ticker's coarse
   // clock (Runtime::coarse_now_ns, [owner]; read racily by dumps).
   std::int64_t last_ran_ns = 0;

@@ -52,7 +52,7 @@ TraceChunk* TraceBuffer::next_chunk() noexcept {
     std::uint64_t n = dropped;
     dropped = 0;
     TraceEvent& e = c->ev[c->n++];
-    e = TraceEvent{now_ns(), static_cast<std::uint32_t>(TraceKind::dropped), 0, n, 0};
+    e = TraceEvent{trace_now(), static_cast<std::uint32_t>(TraceKind::dropped), 0, n, 0};
   }
   return c;
 }

@@ -1,6 +1,8 @@
 // trace.cpp - the event trace's recording hooks (trace/trace.hpp).
 #include "trace/trace.hpp"
 
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -16,6 +18,44 @@ namespace capstan::rts {
 namespace {
 
 constinit thread_local TraceBuffer* tl_thread_buffer = nullptr;  // the IO thread's
+
+// Note [The trace clock].  [start]: set by trace_clock_init before any
+// other thread records; the end pair by trace_clock_end after all stopped.
+bool g_counter = false;
+std::int64_t g_tick0 = 0, g_ns0 = 0, g_tick1 = 0, g_ns1 = 0;
+
+std::int64_t read_counter() noexcept {
+#if defined(__x86_64__)
+  return static_cast<std::int64_t>(__builtin_ia32_rdtsc());
+#elif defined(__aarch64__)
+  std::uint64_t v;
+  asm volatile("isb; mrs %0, cntvct_el0" : "=r"(v));
+  return static_cast<std::int64_t>(v);
+#else
+  return 0;
+#endif
+}
+
+bool counter_is_steady() noexcept {
+#if defined(__x86_64__)
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return false;
+  static char line[1 << 14];
+  bool constant = false, nonstop = false;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "flags", 5) != 0) continue;
+    constant = std::strstr(line, " constant_tsc") != nullptr;
+    nonstop = std::strstr(line, " nonstop_tsc") != nullptr;
+    break;
+  }
+  std::fclose(f);
+  return constant && nonstop;
+#elif defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
 
 void emit(TraceBuffer* b, std::int64_t ts, TraceKind k, std::uint32_t a, std::uint64_t x,
           std::uint64_t y) noexcept {
@@ -48,7 +88,7 @@ TraceStop stop_of(const Thread* from, SwitchWhy why) noexcept {
     case IoWait::close_fd: return TraceStop::blocked_fd;
     case IoWait::none: break;
   }
-  switch (from->wait_what) {
+  switch (from->wait_tag.what) {
     case detail::waiter::mvar: return TraceStop::blocked_mvar;
     case detail::waiter::chan: return TraceStop::blocked_chan;
     default: return TraceStop::blocked_sync;
@@ -85,6 +125,26 @@ void started(TraceBuffer* b, Thread* t, std::int64_t now) noexcept {
 
 }  // namespace
 
+void trace_clock_init() noexcept {
+  g_counter = counter_is_steady();
+  g_ns0 = now_ns();
+  g_tick0 = g_counter ? read_counter() : g_ns0;
+}
+
+std::int64_t trace_now() noexcept { return g_counter ? read_counter() : now_ns(); }
+
+void trace_clock_end() noexcept {
+  g_ns1 = now_ns();
+  g_tick1 = g_counter ? read_counter() : g_ns1;
+}
+
+std::int64_t trace_to_ns(std::int64_t t) noexcept {
+  if (!g_counter || g_tick1 == g_tick0) return t;
+  long double scale =
+      static_cast<long double>(g_ns1 - g_ns0) / static_cast<long double>(g_tick1 - g_tick0);
+  return g_ns0 + static_cast<std::int64_t>(static_cast<long double>(t - g_tick0) * scale);
+}
+
 const char* trace_stop_name(TraceStop s) noexcept {
   switch (s) {
     case TraceStop::none: return "none";
@@ -109,7 +169,7 @@ const char* trace_stop_name(TraceStop s) noexcept {
 void trace_switch(Capability* cap, Thread* from, Thread* to, SwitchWhy why) noexcept {
   if (!cap) return;  // a capless Task's switch: its thread's run ended at its safe call
   TraceBuffer* b = cap->trace;
-  std::int64_t now = now_ns();
+  std::int64_t now = trace_now();
   emit(b, now, TraceKind::run, from ? static_cast<std::uint32_t>(stop_of(from, why)) : 0,
        from ? from->id : 0, to ? to->id : 0);
   if (to) started(b, to, now);
@@ -118,14 +178,14 @@ void trace_switch(Capability* cap, Thread* from, Thread* to, SwitchWhy why) noex
 
 void trace_resume(Capability* cap, Thread* t) noexcept {
   TraceBuffer* b = cap->trace;
-  std::int64_t now = now_ns();
+  std::int64_t now = trace_now();
   emit(b, now, TraceKind::resume, 0, t->id, 0);
   started(b, t, now);
 }
 
 void trace_safe_call_enter(Capability* cap, Task* task, Thread* t) noexcept {
   TraceBuffer* b = cap->trace;
-  std::int64_t now = now_ns();
+  std::int64_t now = trace_now();
   emit(b, now, TraceKind::run, static_cast<std::uint32_t>(TraceStop::safe_call), t->id, 0);
   t->trace_call_t0 = now;
   t->trace_call_task = task->no;
@@ -148,15 +208,15 @@ void trace_wake(Thread* t) noexcept {
   if (!b) return;
   std::uint64_t flow = (static_cast<std::uint64_t>(b->track() + 1) << 40) | ++b->next_flow;
   t->trace_flow = flow;
-  emit(b, now_ns(), TraceKind::wake, 0, t->id, flow);
+  emit(b, trace_now(), TraceKind::wake, 0, t->id, flow);
 }
 
 void trace_idle(Capability* cap, bool begin) noexcept {
-  emit(cap->trace, now_ns(), begin ? TraceKind::idle_begin : TraceKind::idle_end, 0, 0, 0);
+  emit(cap->trace, trace_now(), begin ? TraceKind::idle_begin : TraceKind::idle_end, 0, 0, 0);
 }
 
 void trace_sleep(Capability* cap, bool begin) noexcept {
-  emit(cap->trace, now_ns(), begin ? TraceKind::sleep_begin : TraceKind::sleep_end, 0, 0, 0);
+  emit(cap->trace, trace_now(), begin ? TraceKind::sleep_begin : TraceKind::sleep_end, 0, 0, 0);
 }
 
 void trace_label(Capability* cap, std::uint64_t thread, std::string_view label) noexcept {
@@ -166,19 +226,19 @@ void trace_label(Capability* cap, std::uint64_t thread, std::string_view label) 
   } catch (...) {
     return;  // out of memory: the trace keeps the old label
   }
-  emit(cap->trace, now_ns(), TraceKind::label, 0, thread, reinterpret_cast<std::uintptr_t>(copy));
+  emit(cap->trace, trace_now(), TraceKind::label, 0, thread, reinterpret_cast<std::uintptr_t>(copy));
 }
 
-void trace_in_call(Task* task, std::uint64_t thread, std::int64_t start_ns) noexcept {
+void trace_in_call(Task* task, std::uint64_t thread, std::int64_t start) noexcept {
   std::lock_guard<std::mutex> g(rt.trace_misc_mu);
-  emit(rt.trace_misc, start_ns, TraceKind::in_call, task->no, thread,
-       static_cast<std::uint64_t>(now_ns()));
+  emit(rt.trace_misc, start, TraceKind::in_call, task->no, thread,
+       static_cast<std::uint64_t>(trace_now()));
 }
 
 void trace_bind_io_thread() noexcept { tl_thread_buffer = rt.trace_io; }
 
-void trace_io_wait(std::int64_t start_ns, std::int64_t end_ns) noexcept {
-  emit(rt.trace_io, start_ns, TraceKind::io_wait, 0, 0, static_cast<std::uint64_t>(end_ns));
+void trace_io_wait(std::int64_t start, std::int64_t waited_ns) noexcept {
+  emit(rt.trace_io, start, TraceKind::io_wait, 0, 0, static_cast<std::uint64_t>(waited_ns));
 }
 
 }  // namespace capstan::rts

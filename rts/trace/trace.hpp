@@ -46,7 +46,7 @@ enum class TraceKind : std::uint32_t {
   safe_call,    // ts = start; a = task; b = thread; c = end
   in_call,      // ts = start; a = task; b = thread; c = end
   label,        // b = thread; c = a heap std::string*, which the writer frees
-  io_wait,      // ts = start; c = end: the IO manager waited in the kernel
+  io_wait,      // ts = start; c = nanoseconds it waited in the kernel (the IO manager)
   dropped,      // b = events lost here because the writer lagged
 };
 
@@ -74,6 +74,23 @@ const char* trace_stop_name(TraceStop s) noexcept;
 // blocked reasons are refined from the Thread (trace_switch).
 enum class SwitchWhy : std::uint8_t { none, yield, timeslice, preempted, blocked, migrated, finished, abandoned };
 
+// Note [The trace clock]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Every record's time comes from trace_now(): the CPU's cycle counter
+// where it runs at a constant rate in every state (x86-64 with
+// constant_tsc and nonstop_tsc in /proc/cpuinfo; AArch64's virtual counter
+// always does), else now_ns().  A counter read costs 10 ns here against 25
+// for clock_gettime, and a ping-pong records two times per hop.  The
+// writer maps counter values to nanoseconds with two (counter, now_ns())
+// pairs taken when tracing starts and when it stops (trace_clock_init,
+// trace_to_ns), so the file's times are on the monotonic clock.
+void trace_clock_init() noexcept;
+std::int64_t trace_now() noexcept;
+// trace_to_ns converts a trace_now() value to now_ns()'s clock, from the
+// two pairs (call trace_clock_end first, when recording has stopped).
+void trace_clock_end() noexcept;
+std::int64_t trace_to_ns(std::int64_t t) noexcept;
+
 // trace_switch records a switch on cap from `from` to `to` (either null).
 void trace_switch(Capability* cap, Thread* from, Thread* to, SwitchWhy why) noexcept;
 // trace_resume records that t runs on cap again without a switch.
@@ -89,12 +106,13 @@ void trace_idle(Capability* cap, bool begin) noexcept;
 void trace_sleep(Capability* cap, bool begin) noexcept;
 // trace_label records t's new label.
 void trace_label(Capability* cap, std::uint64_t thread, std::string_view label) noexcept;
-// trace_in_call records an in-call's span [start_ns, now] on `task`.
-void trace_in_call(Task* task, std::uint64_t thread, std::int64_t start_ns) noexcept;
+// trace_in_call records an in-call's span [start, now] (trace_now()) on `task`.
+void trace_in_call(Task* task, std::uint64_t thread, std::int64_t start) noexcept;
 // trace_bind_io_thread makes the calling OS thread (the IO manager's)
 // record its wake-ups into rt.trace_io.
 void trace_bind_io_thread() noexcept;
-// trace_io_wait records an IO manager wait [start_ns, end_ns] (IO thread only).
-void trace_io_wait(std::int64_t start_ns, std::int64_t end_ns) noexcept;
+// trace_io_wait records an IO manager wait of `waited_ns` that began at
+// `start` (trace_now()); IO thread only.
+void trace_io_wait(std::int64_t start, std::int64_t waited_ns) noexcept;
 
 }  // namespace capstan::rts

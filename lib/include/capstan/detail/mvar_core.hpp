@@ -32,9 +32,9 @@ struct waiter {
   rts::Thread* thread = nullptr;
   void* slot = nullptr;    // take/read: where to put the value; put: the value
   kind_t kind = take;
+  what_t what = mvar;      // next to kind: the runtime copies both in one store
   outcome_t outcome = served;
   bool timed = false;      // take_for: a timer may end the wait (Note [Timed takes])
-  what_t what = mvar;
 };
 
 // Note [Waking after unlock]
@@ -44,6 +44,7 @@ struct waiter {
 // once woken, it may return and destroy the mvar at once (a `done` mvar on
 // its stack, say).  Serving dequeues the waiter and settles its outcome
 // under the lock; waking touches only the runtime's Thread.
+// Checked by models/mvar_block.pml (docs/models.md).
 class wake_list {
  public:
   void add(rts::Thread* thread) noexcept {

@@ -1,0 +1,419 @@
+/* capability_handover.pml - a capability released by a safe call, handed to
+ * spare Tasks, claimed by senders and the ticker, and the call returning.
+ *
+ * Mirrors Note [Handing over a capability] in rts/task/handover.cpp
+ * (give_capability_to_task, wait_for_capability, try_grab_capability,
+ * give_capability_to_spare, become_spare, release_capability,
+ * notify_capability), Note [Returning from a safe call] and Note [Lazy
+ * release] in rts/foreign/safe_call.cpp (safe_call_enter, safe_call_leave,
+ * return_slow), the scheduler loop of rts/schedule/schedule.cpp (Note
+ * [Bound threads]: bound_next, pick in rts/schedule/pick.hpp),
+ * after_switch's migrant push in rts/schedule/switch.hpp, the ticker's
+ * sweep of free capabilities in rts/runtime/ticker.cpp, idle()'s sleep
+ * hand-shake (Note [Sleeping capabilities], modelled in full in
+ * capability_sleep.pml) and Note [Sticky wake-up] (rts/primitives/parker.hpp).
+ *
+ * Parties, on one capability C:
+ *  - Task A (task 0) holds C and runs thread M, which makes one safe call.
+ *    M is bound to A (a fork_os thread: when it finishes, A gives C up with
+ *    release_capability and leaves) or unbound (it returns through A's
+ *    scheduler context, which queues it on C's inbox; A becomes a spare);
+ *    the foreign call returns at once or only after W has run (it reads
+ *    from a pipe W writes): nondeterministic choices.
+ *  - a sender on another capability pushes thread W to C's inbox and
+ *    calls notify_capability(C);
+ *  - spare Tasks: task 1 is parked as C's spare at the start; more are
+ *    started (run) when give_capability_to_spare finds none;
+ *  - the ticker: every tick it claims a free capability whose inbox is
+ *    non-empty and gives it to a spare;
+ *  - shutdown: once W ran and M finished, rt.stop = true and every Task is
+ *    unparked.
+ *
+ * Abstractions.  The inbox and the run queue are two flags each (W, M);
+ * draining moves both; a returning M goes to the front.  The holder's
+ * loop is its scheduling decisions: a running thread reaches its next
+ * safe point (where kReturning sends it to the scheduler) in finite time,
+ * so the holder is modelled as deciding again after each thread.  Running W or
+ * finishing M is setting a flag.  The holder's idle() is the sleep
+ * hand-shake without the spin phase and sparks.  The spare list is a set.
+ * running_task is read and written sequentially consistently: a stale read
+ * only unparks a Task that re-checks `given` (or its inbox) and parks again,
+ * as the sticky Parker and wait_for_capability's loop allow.  A tick is a
+ * step the ticker may take at any moment while the condition it tests
+ * holds (it ticks while any capability is busy or free, Note [Lazy
+ * release]).
+ *
+ * Memory model.  Each Task's stores to `hold` go through a one-entry
+ * store buffer (TSO) drained by a separate process at any moment: the
+ * release store of Note [Lazy release] and the relaxed `held` after a
+ * wake-up wait there; seq_cst stores (release_capability's `free`,
+ * idle()'s `sleeping`) drain it first and write memory; the CASes
+ * (try_grab_capability) drain it and act on memory.  As in
+ * capability_sleep.pml, store buffering is the one reordering the Dekker
+ * hand-shakes depend on; `given` is a release/acquire flag read in a loop
+ * with a sticky Parker, which needs no store-load order.
+ *
+ * Properties.
+ *  1. No lost wake-up: in every interleaving W runs, M finishes, every
+ *     Task leaves and nothing is stuck (invalid end states, and the
+ *     assertion at timeout).
+ *  2. The ticker is needed only for Note [Lazy release]: when it claims C,
+ *     either C's latest release was the lazy one or some party that will
+ *     claim C itself is still on its way (a sender between its push and
+ *     the end of notify_capability, a releaser between its store and its
+ *     re-check).  Work stranded after release_capability is a bug.
+ *
+ * Broken variants:
+ *   -DBROKEN         release_capability without its re-check of the inbox
+ *                    after storing `free`: the ticker must rescue a thread
+ *                    stranded by a seq_cst release (property 2 fails).
+ *   -DBROKEN_FENCE   release_capability's store of `free` is a release
+ *                    store: it waits in the store buffer while the re-check
+ *                    and the sender's load of `hold` both miss (property 2).
+ *   -DBROKEN_TICKER  the ticker's sweep of free capabilities is removed:
+ *                    the Lazy release window strands W while the call waits for
+ *                    W: a deadlock (property 1).
+ */
+
+#define HELD     0
+#define SLEEPING 1
+#define FREE     2
+#define A        0      /* the Task whose thread M makes the safe call */
+#define NTASK    4      /* A, the first spare, and up to two started later */
+#define NOBUF    NTASK  /* senders and the ticker store `hold` only by CAS */
+
+byte hold = HELD;              /* Capability::hold, as memory holds it      */
+bool sb_full[NTASK + 1];       /* each Task's store buffer for `hold`       */
+byte sb_val[NTASK + 1];
+byte running_task = A;         /* Capability::running_task                  */
+bit  parker[NTASK];            /* Task::parker's sticky word                */
+bool given[NTASK];             /* Task::given                               */
+bool spare[NTASK];             /* Capability::spares (a set)                */
+bool started[NTASK];           /* the Task's OS thread exists               */
+bool in_W, in_M;               /* C's inbox: W (sent), M (returning)        */
+bool rq_W, rq_M;               /* C's run queue [owner]                     */
+bool bound_next;               /* cap->bound_next == M [owner]              */
+bool m_bound;                  /* M is bound to A                           */
+bool call_waits;               /* M's foreign call returns only after W ran */
+bool w_ran, m_done, a_left;
+bool stop;                     /* rt.stop                                   */
+byte inflight;                 /* ghost: parties that will still claim C    */
+bool lazy;                     /* ghost: C's latest release was the lazy one */
+
+#define inbox_nonempty (in_W || in_M)
+
+/* A relaxed/release store of `hold` by task me: into its buffer. */
+inline store_buffered(me, v) {
+  atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = v }
+}
+/* A seq_cst store: drains the buffer, then writes memory. */
+inline store_seq_cst(me, v) {
+  atomic { !sb_full[me] -> hold = v }
+}
+/* try_grab_capability: the CAS free -> held (drains the buffer first). */
+inline try_grab(me, ok) {
+  atomic {
+    !sb_full[me] ->
+    if
+    :: hold == FREE -> hold = HELD; ok = 1
+    :: else -> ok = 0
+    fi
+  }
+}
+/* TSO keeps a Task's stores in order: a store or RMW after a buffered
+ * store of `hold` waits for it to drain (every publishing write below:
+ * `given`, the spare list's lock, the Parker's exchange). */
+inline drained(me) {
+  !sb_full[me]
+}
+/* Parker::park (an exchange: drains the buffer) / unpark. */
+inline park(me) {
+  atomic { !sb_full[me] && parker[me] == 1 -> parker[me] = 0 }
+}
+inline unpark(t) {
+  parker[t] = 1
+}
+
+/* give_capability_to_task(to, C, first): running_task, given (release),
+ * unpark.  A Task not started yet is started with `given` already set. */
+inline give_to_task(me, to) {
+  drained(me);
+  running_task = to;
+  given[to] = 1;
+  if
+  :: !started[to] -> started[to] = 1; run Task(to)
+  :: else -> unpark(to)
+  fi
+}
+/* give_capability_to_spare(C): pop a spare, or start a new Task. */
+inline give_to_spare(me, t) {
+  drained(me);
+  atomic {
+    t = 0;
+    do
+    :: t < NTASK && spare[t] -> spare[t] = 0; break
+    :: t < NTASK && !spare[t] -> t++
+    :: t == NTASK -> break
+    od;
+    if
+    :: t == NTASK ->   /* none: new_task(worker) */
+         t = 1;
+         do
+         :: t < NTASK && started[t] -> t++
+         :: t < NTASK && !started[t] -> break
+         :: t == NTASK -> assert(false)   /* NTASK too small for this model */
+         od
+    :: else -> skip
+    fi
+  };
+  give_to_task(me, t)
+}
+/* notify_capability(C) by a party that pushed (inflight counted it). */
+inline notify(me, t, ok) {
+  if
+  :: hold == SLEEPING -> t = running_task; unpark(t); inflight--
+  :: hold == FREE ->
+       try_grab(NOBUF, ok);
+       inflight--;
+       if
+       :: ok -> give_to_spare(me, t)
+       :: else -> skip
+       fi
+  :: hold == HELD -> inflight--
+  fi
+}
+
+active proctype StoreBuffer() {
+  byte i;
+end:
+  do
+  :: atomic {
+       (sb_full[0] || sb_full[1] || sb_full[2] || sb_full[3]) ->
+       i = 0;
+       do
+       :: i < NTASK && sb_full[i] -> hold = sb_val[i]; sb_full[i] = 0; break
+       :: i < NTASK && !sb_full[i] -> i++
+       :: i == NTASK -> break
+       od;
+       i = 0
+     }
+  od
+}
+
+/* Every Task: A starts holding C and running M; the others start as spares
+ * waiting in wait_for_capability. */
+proctype Task(byte me) {
+  bool ok;
+  byte t;
+  if
+  :: me == A -> goto run_m
+  :: else -> goto wait_cap
+  fi;
+
+run_m:
+  /* --- safe_call_enter (M runs on A, holding C) --- */
+  if
+  :: rq_W || rq_M || inbox_nonempty ->   /* has_work (relaxed peek) */
+       give_to_spare(me, t)
+  :: else ->
+       /* Lazy release: Note [Lazy release]: a release store. */
+       atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = FREE; lazy = 1 };
+       if
+       :: inbox_nonempty ->              /* maybe_nonempty (relaxed) */
+            try_grab(me, ok);
+            if
+            :: ok -> lazy = 0; give_to_spare(me, t)
+            :: else -> skip
+            fi
+       :: else -> skip
+       fi
+  fi;
+  /* ... the foreign call runs; it may wait for W (a read from a pipe
+   * that W writes): a capability released for it must not keep W. */
+  (!call_waits || w_ran);
+  /* --- safe_call_leave --- */
+  try_grab(me, ok);
+  if
+  :: ok ->
+       running_task = me;               /* take_capability */
+       goto m_runs
+  :: else -> skip
+  fi;
+  /* return_slow */
+  if
+  :: m_bound ->
+       atomic { in_M = 1; inflight++ }  /* inbox.push (seq_cst CAS) */
+       notify(me, t, ok);
+       /* wait_for_capability */
+       do
+       :: given[me] -> break
+       :: else ->
+            assert(!stop);              /* return_slow aborts: impossible */
+            park(me)
+       od;
+       given[me] = 0;
+       goto m_runs
+  :: else ->
+       /* switch_to_scheduler_capless; after_switch pushes M (migrant,
+        * returning) and notifies; A's scheduler is capless: a spare. */
+       atomic { in_M = 1; inflight++ }
+       notify(me, t, ok);
+       atomic { drained(me) -> spare[me] = 1 }  /* become_spare */
+       goto wait_cap
+  fi;
+
+m_runs:
+  /* M continues on A and finishes.  Unbound, A's scheduler goes on; bound
+   * (a fork_os thread), A leaves schedule() through release_capability. */
+  m_done = 1;
+  if
+  :: !m_bound -> goto sched
+  :: else -> skip
+  fi;
+  /* release_capability: drain_inbox, then a bound front (none here), then: */
+  atomic { rq_W = rq_W || in_W; rq_M = rq_M || in_M; in_W = 0; in_M = 0 }
+  if
+  :: rq_W || rq_M ->                    /* has_work */
+       give_to_spare(me, t)
+  :: else ->
+#ifdef BROKEN_FENCE
+       atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = FREE; lazy = 0; inflight++ };
+#else
+       atomic { !sb_full[me] -> hold = FREE; lazy = 0; inflight++ };
+#endif
+#ifndef BROKEN
+       if
+       :: inbox_nonempty ->             /* nonempty_seq_cst */
+            try_grab(me, ok);
+            inflight--;
+            if
+            :: ok -> give_to_spare(me, t)
+            :: else -> skip
+            fi
+       :: else -> inflight--
+       fi
+#else
+       inflight--
+#endif
+  fi;
+  a_left = 1;
+  goto done;
+
+wait_cap:
+  /* wait_for_capability */
+  do
+  :: given[me] -> break
+  :: else ->
+       if
+       :: stop -> goto done
+       :: else -> park(me)
+       fi
+  od;
+  given[me] = 0;
+  /* (take_capability: running_task was set by the giver) */
+
+sched:
+  /* The scheduler loop of schedule.cpp, holding C. */
+  if
+  :: bound_next ->
+       bound_next = 0;
+       give_to_task(me, A);             /* give_capability_to_task(M's Task) */
+       atomic { drained(me) -> spare[me] = 1 }  /* capless worker: become_spare */
+       goto wait_cap
+  :: else -> skip
+  fi;
+  /* pick: nothing once stopped; else drain_inbox and pop the front */
+  if
+  :: stop -> goto done
+  :: else -> skip
+  fi;
+  atomic { rq_W = rq_W || in_W; rq_M = rq_M || in_M; in_W = 0; in_M = 0 }
+  if
+  :: rq_M ->
+       rq_M = 0;
+       if
+       :: m_bound -> bound_next = 1     /* another Task's bound thread */
+       :: else -> m_done = 1            /* the unbound M runs here and ends */
+       fi;
+       goto sched
+  :: !rq_M && rq_W -> rq_W = 0; w_ran = 1; goto sched
+  :: else -> skip
+  fi;
+  /* idle(): the sleep hand-shake (capability_sleep.pml) */
+  store_seq_cst(me, SLEEPING);
+  if
+  :: inbox_nonempty || stop -> store_buffered(me, HELD); goto sched
+  :: else -> skip
+  fi;
+  park(me);
+  store_buffered(me, HELD);
+  goto sched;
+
+done:
+  skip
+}
+
+active proctype Sender() {
+  bool ok;
+  byte t;
+  atomic { in_W = 1; inflight++ }       /* inbox.push (seq_cst CAS) */
+  notify(NOBUF, t, ok)
+}
+
+active proctype Ticker() {
+  bool ok;
+  byte t;
+  do
+  :: stop -> break
+#ifndef BROKEN_TICKER
+  :: atomic {
+       hold == FREE && inbox_nonempty ->  /* its two seq_cst loads */
+       /* Property 2: work waits at a free capability that nobody else
+        * will claim only in the lazy release's window. */
+       assert(lazy || inflight > 0)
+     };
+     try_grab(NOBUF, ok);
+     if
+     :: ok -> give_to_spare(NOBUF, t)
+     :: else -> skip
+     fi
+#endif
+  od
+}
+
+/* shutdown_protocol: once every thread finished (and no safe call is in
+ * progress), rt.stop = true and every Task is unparked. */
+active proctype Shutdown() {
+  byte i;
+  (w_ran && m_done && (a_left || !m_bound));
+  stop = 1;
+  atomic {
+    i = 0;
+    do
+    :: i < NTASK -> parker[i] = 1; i++
+    :: else -> break
+    od
+  }
+}
+
+active proctype Checker() {
+  timeout -> assert(w_ran && m_done && stop)
+}
+
+init {
+  atomic {
+    if
+    :: m_bound = 1
+    :: m_bound = 0
+    fi;
+    if
+    :: call_waits = 1
+    :: call_waits = 0
+    fi;
+    started[A] = 1;
+    started[1] = 1;
+    spare[1] = 1;
+    run Task(A);
+    run Task(1)
+  }
+}
