@@ -1,7 +1,9 @@
 // http_hello.cpp - a minimal HTTP/1.1 keep-alive server answering every
 // request with "Hello, World!": one green thread per connection.
 //
-//   ./http_hello PORT [+RTS -N2 -RTS]      (PORT 0: any free port)
+//   ./http_hello PORT [SECONDS] [+RTS -N2 -RTS]   (PORT 0: any free port)
+// With SECONDS it stops after that long and returns from main (so that a
+// +RTS -l trace or +RTS -s statistics are written).
 // Listens on 127.0.0.1 and prints "listening on 127.0.0.1:<port>".  Try:
 //   curl http://127.0.0.1:PORT/      wrk -c 64 -d 10s http://127.0.0.1:PORT/
 // It reads request heads (no bodies: GET-style requests), answers pipelined
@@ -95,24 +97,36 @@ int main(int argc, char** argv) {
   capstan::options opts = capstan::options::parse_or_exit(argc, argv);
   char* end = nullptr;
   long port = argc > 1 ? std::strtol(argv[1], &end, 10) : -1;
-  if (argc != 2 || *end != '\0' || port < 0 || port > 65535) {
-    std::fprintf(stderr, "usage: http_hello PORT [+RTS flags -RTS]  (PORT: 0..65535, 0 = any)\n");
+  bool port_ok = argc > 1 && *end == '\0' && port >= 0 && port <= 65535;
+  double seconds = 0;
+  if (argc == 3) {
+    seconds = std::strtod(argv[2], &end);
+    if (*end != '\0' || !(seconds > 0)) port_ok = false;
+  }
+  if (argc < 2 || argc > 3 || !port_ok) {
+    std::fprintf(stderr,
+                 "usage: http_hello PORT [SECONDS] [+RTS flags -RTS]  (PORT: 0..65535, 0 = any; "
+                 "SECONDS > 0: stop after that long)\n");
     return 2;
   }
-  capstan::run(opts, [port] {
+  capstan::run(opts, [port, seconds] {
     auto l = capstan::net::listener::listen("127.0.0.1", static_cast<std::uint16_t>(port));
     fmt::print("listening on 127.0.0.1:{}\n", l.port());
     std::fflush(stdout);
-    // accept waits out a lack of fds (a flood past `ulimit -n`) with a
-    // back-off and keeps serving: docs/io.md, "Accept back-off".
-    for (;;) {
-      capstan::fork_io([c = l.accept()]() mutable {
-        try {
-          serve(std::move(c));
-        } catch (const std::system_error&) {
-          // A reset connection ends only its own thread.
-        }
-      });
-    }
+    auto serve_all = [&l] {
+      // accept waits out a lack of fds (a flood past `ulimit -n`) with a
+      // back-off and keeps serving: docs/io.md, "Accept back-off".
+      for (;;) {
+        capstan::fork_io([c = l.accept()]() mutable {
+          try {
+            serve(std::move(c));
+          } catch (const std::system_error&) {
+            // A reset connection ends only its own thread.
+          }
+        });
+      }
+    };
+    if (seconds > 0) capstan::timeout(std::chrono::duration<double>(seconds), serve_all);
+    else serve_all();
   });
 }

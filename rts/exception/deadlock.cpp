@@ -46,6 +46,7 @@
 
 #include "capstan/errors.hpp"
 #include "thread/dump.hpp"
+#include "schedule/idle.hpp"
 #include "io/io_manager.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/raise.hpp"
@@ -67,10 +68,20 @@ std::uint64_t all_switches() {
 // quiet: nothing runs and nothing is known that could wake a thread.
 bool quiet() {
   if (rt.shutting_down.load(std::memory_order_acquire)) return false;
-  if (rt.n_idle.load(std::memory_order_seq_cst) != rt.n_caps) return false;
-  for (Capability* c : rt.caps)
-    if (c->inbox.nonempty_seq_cst() || c->hold.load(std::memory_order_seq_cst) == Hold::free)
-      return false;  // work queued, or a capability in a safe call / changing hands
+  // Every capability idle, or free with nothing queued: a Task that ran a
+  // bound or in-call thread leaves its capability free when the thread
+  // finishes, and nothing may ever take it again.  (A safe call and an
+  // in-call in progress are counted below; a capability changing hands
+  // has a queued thread, or its giver switches before the next tick.)
+  unsigned resting_caps = rt.n_idle.load(std::memory_order_seq_cst);
+  for (Capability* c : rt.caps) {
+    if (c->inbox.nonempty_seq_cst()) return false;  // work queued
+    if (c->hold.load(std::memory_order_seq_cst) == Hold::free) {
+      if (!resting(c)) return false;
+      ++resting_caps;
+    }
+  }
+  if (resting_caps != rt.n_caps) return false;
   // queued first: Note [Messages in flight] in io/io_manager.cpp.
   if (io_queued() != 0 || io_parked() != 0) return false;
   if (process.incalls.load(std::memory_order_seq_cst) != 0) return false;

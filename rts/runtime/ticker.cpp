@@ -30,6 +30,7 @@
 #include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/hog_warning.hpp"
+#include "schedule/idle.hpp"
 #include "schedule/steal.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
@@ -93,7 +94,7 @@ void Ticker::loop() {
     // Note [Stealing from a stalled capability]: the backstop for a stall
     // that began while every idle capability slept.
     stalls.tick();
-    hogs.tick();  // Note [Warning about a hog]
+    hogs.tick(std::chrono::duration_cast<std::chrono::nanoseconds>(period_).count());  // Note [Warning about a hog]
     // Note [Lazy release]: work that reached a free capability through the
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)
@@ -104,7 +105,7 @@ void Ticker::loop() {
     if (expire) slice_ticks = 0;
     bool any_busy = false;
     for (Capability* c : rt.caps) {
-      if (!c->idle.load(std::memory_order_relaxed)) {
+      if (!resting(c)) {
         if (expire) request_context_switch(c);
         any_busy = true;
       }

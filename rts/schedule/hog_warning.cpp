@@ -16,7 +16,12 @@
 // has not moved for warn_hog while at least one thread waited is running a
 // hog: its current thread (a racy read, Note [A thread dump is a
 // snapshot]; the epoch re-read after it confirms the thread was running
-// all along) is named on stderr with the advice, once per thread.  Cost:
+// all along) is named on stderr with the advice, once per thread.
+// No false alarms: a thread that reaches safe points gives the capability
+// up within a timeslice of the ticker's request, so the limit is at least
+// a timeslice and two ticks; and the stall must have been seen by as many
+// ticks as the limit holds periods, so a ticker that was itself kept off
+// the CPU for a while (which also delays the timeslice's end) blames no one.  Cost:
 // nothing on the scheduler's paths; a few loads per capability per tick.
 // Rejected: a check in the scheduler (it is exactly what does not run
 // during a hog), and a timer per pick (a clock read on every switch).
@@ -24,6 +29,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "capability/capability.hpp"
@@ -34,9 +41,12 @@
 
 namespace capstan::rts {
 
-void HogWarner::tick() {
+void HogWarner::tick(std::int64_t period_ns) {
   auto limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt.opts.warn_hog).count();
   if (limit_ns == 0) return;
+  auto slice_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt.opts.timeslice).count();
+  limit_ns = std::max(limit_ns, slice_ns + 2 * period_ns);
+  auto ticks_needed = static_cast<std::uint64_t>(std::max<std::int64_t>(2, limit_ns / period_ns));
   if (seen_.size() != rt.n_caps) seen_.assign(rt.n_caps, Seen{});
   std::int64_t now = now_ns();
   for (Capability* c : rt.caps) {
@@ -45,12 +55,13 @@ void HogWarner::tick() {
     // thread read below is at least as new as this decision.
     std::uint64_t epoch = c->sched_epoch.load(std::memory_order_acquire);
     if (c->idle.load(std::memory_order_relaxed) || epoch != s.epoch || s.since_ns == 0) {
-      s = Seen{epoch, now, 0};
+      s = Seen{epoch, now, 0, 0};
       continue;
     }
+    ++s.ticks;
     std::uint64_t waiting = c->run_queue.size() + (c->inbox.maybe_nonempty() ? 1 : 0);
     if (waiting > s.most_waiting) s.most_waiting = waiting;
-    if (s.most_waiting == 0 || now - s.since_ns < limit_ns) continue;
+    if (s.most_waiting == 0 || now - s.since_ns < limit_ns || s.ticks < ticks_needed) continue;
     Thread* t = snap(c->current);
     if (!t) continue;
     std::uint64_t id = snap(t->id);

@@ -12,13 +12,15 @@ namespace capstan::rts {
 // HogWarner: called by the ticker on every tick.
 class HogWarner {
  public:
-  void tick();
+  // tick looks at every capability; `period_ns` is the ticker's period.
+  void tick(std::int64_t period_ns);
 
  private:
   struct Seen {
     std::uint64_t epoch = 0;      // the capability's sched_epoch when last changed
     std::int64_t since_ns = 0;    // when it last changed (0: idle, not watched)
     std::uint64_t most_waiting = 0;  // most threads seen waiting behind it since
+    std::uint64_t ticks = 0;         // ticks that saw the epoch unchanged
   };
   std::vector<Seen> seen_;                 // [ticker] per capability
   std::unordered_set<std::uint64_t> warned_;  // [ticker] thread ids named already

@@ -12,4 +12,15 @@ namespace capstan::rts {
 // cap's inbox or the runtime stops.  Returns with cap held.
 void idle(Task* task, Capability* cap);
 
+// resting: nothing runs on cap and nothing waits for it - it is idle, or
+// it is free (no Task holds it) with an empty run queue and inbox, as a
+// bound or in-call Task leaves it when its thread finishes.  A hint
+// (relaxed reads), for the ticker and deadlock detection, which act only
+// on a state that held over two ticks.
+inline bool resting(const Capability* c) noexcept {
+  if (c->idle.load(std::memory_order_relaxed)) return true;
+  return c->hold.load(std::memory_order_seq_cst) == Hold::free && c->run_queue.size() == 0 &&
+         !c->inbox.nonempty_seq_cst();
+}
+
 }  // namespace capstan::rts

@@ -27,11 +27,13 @@
 //    of "owner answers" and "thief withdraws" wins.
 //  * steal_box store (owner, release) / load (thief, acquire): the spark's
 //    fields (closure, state = stolen) are visible to the thief.
-//  * completion: the spark thread stores state = done (release) under the
-//    spark's lock; the maker reads it with acquire, or waits under the lock
-//    (the maker parks holding the lock; it is released once the maker is
-//    off its stack - the same protocol as Note [Blocking on an MVar] - so
-//    the wake-up cannot be lost or come early).
+//  * completion: the spark thread exchanges state to done (acq_rel),
+//    without the spark's lock; the maker reads it with acquire, or waits:
+//    it takes the lock, CASes stolen -> stolen_waiting and parks holding
+//    the lock, released once it is off its stack (as in Note [Blocking on
+//    an MVar]); a thread that sees stolen_waiting takes the lock before it
+//    wakes the maker, so the wake-up cannot be lost or come early (Note
+//    [Completing a stolen spark] in sparks/sparks.cpp).
 // Rejected: Chase-Lev (a fence per owner pop, measured above); a lock per
 // pool (a locked instruction per par); heartbeat promotion (Acar et al.,
 // PLDI 2018) - needs a timer interrupt to promote, which C++ cannot take at

@@ -25,6 +25,19 @@ TEST_P(Deadlock, MainBlockedForeverGetsBlockedIndefinitely) {
   EXPECT_EQ(statistics().deadlocks_detected, 1u);
 }
 
+// A fork_os thread's Task leaves its capability free when the thread
+// finishes; a free capability with nothing queued is at rest, not busy, so
+// the deadlock behind it is still found (it used to hang for ever).
+TEST_P(Deadlock, FoundAfterABoundThreadLeftItsCapabilityFree) {
+  EXPECT_THROW(run([] {
+                 mvar<int> never;
+                 fork_os([] {});
+                 never.take();
+               }),
+               blocked_indefinitely);
+  EXPECT_EQ(statistics().deadlocks_detected, 1u);
+}
+
 // Every blocked thread gets it, forked ones end quietly, main can catch it.
 TEST_P(Deadlock, EveryBlockedThreadIsWoken) {
   run([] {
