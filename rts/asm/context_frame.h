@@ -49,5 +49,8 @@
  * nearest, all exceptions masked (the values a fresh process starts with). */
 #define CAPSTAN_DEFAULT_MXCSR 0x1f80
 #define CAPSTAN_DEFAULT_X87CW 0x037f
+/* AArch64: FPCR 0 - round to nearest, no flush-to-zero, no default NaN,
+ * exception traps off (tests/rts/asm/switch_aarch64_test.cpp checks it). */
+#define CAPSTAN_DEFAULT_FPCR  0
 
 #endif

@@ -60,6 +60,8 @@ capstan_make_context:
         .irp    off, 0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0
         stp     x9, x10, [x0, #\off]
         .endr
+        mov     x9, #CAPSTAN_DEFAULT_FPCR      /* not the creator's: see context_frame.h */
+        str     x9, [x0, #CAPSTAN_A64_FPCR]
         str     x2, [x0, #CAPSTAN_A64_X19]     /* entry */
         adr     x9, capstan_trampoline
         str     x9, [x0, #CAPSTAN_A64_X30]     /* first "return" lands here */
