@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install_check.sh BUILD_DIR - build examples/hello.cpp the three ways
+# install_check.sh BUILD_DIR - (BUILD_DIR built) build examples/hello.cpp the three ways
 # README.md tells users to, and run each program:
 #   1. pkg-config: against capstan installed into a scratch DESTDIR;
 #   2. CMake: find_package(capstan) and capstan::capstan from that install
@@ -28,7 +28,9 @@ check_output() {  # check_output WHAT OUTPUT
   grep -qF "$hello_says" <<<"$2" || fail "$1: hello printed no \"$hello_says\": $2"
 }
 
-DESTDIR="$dest" meson install -C "$build" --quiet >/dev/null
+# --no-rebuild: the caller built what installs (scripts/test.sh builds no
+# benchmarks, which meson install would otherwise build first).
+DESTDIR="$dest" meson install -C "$build" --quiet --no-rebuild >/dev/null
 prefix=$(meson introspect --buildoptions "$build" |
   python3 -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
 libdir=$(dirname "$(find "$dest" -name 'libcapstan.so' | head -n 1)")
