@@ -94,15 +94,20 @@ class Trace:
         self.skipped = 0     # malformed events ignored
 
 
-def load_trace(path):
-    """Read a trace file into a Trace; raise BadInput if it is not one."""
+def read_json(path, what):
+    """Parse the JSON file at path; raise BadInput saying it is not `what`."""
     try:
         with open(path, "rb") as f:
-            data = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise BadInput(f"cannot read {path}: {e.strerror}")
     except (ValueError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path} is not a trace: not JSON ({e})")
+        raise BadInput(f"{path} is not {what}: not JSON ({e})")
+
+
+def load_trace(path):
+    """Read a trace file into a Trace; raise BadInput if it is not one."""
+    data = read_json(path, "a trace")
     if isinstance(data, list):   # the trace-event format also allows a bare array
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -523,13 +528,7 @@ TIME_UNITS = ("ns", "us", "ms", "s")
 def load_results(path):
     """Read run.py's --json output; return (header dict, rows); raise
     BadInput if it is not one."""
-    try:
-        with open(path, "rb") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise BadInput(f"cannot read {path}: {e.strerror}")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path} is not benchmark results: not JSON ({e})")
+    data = read_json(path, "benchmark results")
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise BadInput(f"{path} is not benchmark results: no \"rows\" list "
                        "(nofib_like/run.py --json writes them)")

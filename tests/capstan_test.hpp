@@ -7,9 +7,13 @@
 
 #include <capstan/capstan.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -58,6 +62,50 @@ template <class Pred>
 bool green_wait_until(Pred pred) {
   return wait_until(pred, [] { capstan::yield(); });
 }
+
+// StderrFile: fd 2 redirected to an unlinked temporary file while it lives
+// (for what the runtime prints on stderr: warnings, dumps).  contents()
+// reads what was written so far; restore() puts fd 2 back and returns it.
+class StderrFile {
+ public:
+  StderrFile() {
+    std::fflush(stderr);
+    char path[] = "/tmp/capstan-stderr-XXXXXX";
+    fd_ = ::mkstemp(path);
+    ::unlink(path);
+    saved_ = ::dup(2);
+    ::dup2(fd_, 2);
+  }
+  StderrFile(const StderrFile&) = delete;
+  StderrFile& operator=(const StderrFile&) = delete;
+  ~StderrFile() {
+    restore();
+    ::close(fd_);
+  }
+  std::string contents() const {
+    std::string s;
+    char buf[4096];
+    for (off_t off = 0;;) {
+      ssize_t n = ::pread(fd_, buf, sizeof buf, off);
+      if (n <= 0) break;
+      s.append(buf, static_cast<std::size_t>(n));
+      off += n;
+    }
+    return s;
+  }
+  std::string restore() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, 2);
+      ::close(saved_);
+      saved_ = -1;
+    }
+    return contents();
+  }
+
+ private:
+  int fd_ = -1, saved_ = -1;
+};
 
 // CleanTeardown: the run() of the fixtures below.  After every run it
 // checks that the runtime ended cleanly (Note [Shutdown] in

@@ -2,8 +2,6 @@
 // capability without a safe point while others wait is named on stderr,
 // once; a thread that reaches safe points, or keeps a capability nobody
 // waits for, is not.
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -14,40 +12,7 @@
 namespace {
 
 using capstan_test::RuntimeTest;
-
-// StderrFile: fd 2 redirected to a temporary file while it lives.
-class StderrFile {
- public:
-  StderrFile() {
-    std::fflush(stderr);
-    char path[] = "/tmp/capstan-hog-XXXXXX";
-    fd_ = mkstemp(path);
-    ::unlink(path);
-    saved_ = ::dup(2);
-    ::dup2(fd_, 2);
-  }
-  ~StderrFile() { restore(); }
-  std::string restore() {
-    if (saved_ >= 0) {
-      std::fflush(stderr);
-      ::dup2(saved_, 2);
-      ::close(saved_);
-      saved_ = -1;
-    }
-    std::string s;
-    char buf[4096];
-    for (off_t off = 0;;) {
-      ssize_t n = ::pread(fd_, buf, sizeof buf, off);
-      if (n <= 0) break;
-      s.append(buf, static_cast<std::size_t>(n));
-      off += n;
-    }
-    return s;
-  }
-
- private:
-  int fd_ = -1, saved_ = -1;
-};
+using capstan_test::StderrFile;
 
 std::size_t count(const std::string& s, const std::string& what) {
   std::size_t n = 0;

@@ -151,24 +151,7 @@ TEST_P(Dump, AForeignOsThreadCanAskForOne) {
 TEST_P(Dump, SigquitPrintsItAndTheProgramGoesOn) {
   auto o = capstan_test::opts(caps());
   o.dump_on_sigquit = true;
-  std::fflush(stderr);
-  char path[] = "/tmp/capstan-dump-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::unlink(path);
-  int saved = ::dup(2);
-  ::dup2(fd, 2);
-  auto captured = [fd] {
-    std::string s;
-    char buf[4096];
-    for (off_t off = 0;;) {
-      ssize_t n = ::pread(fd, buf, sizeof buf, off);
-      if (n <= 0) break;
-      s.append(buf, static_cast<std::size_t>(n));
-      off += n;
-    }
-    return s;
-  };
+  capstan_test::StderrFile err;
   capstan::thread_id taker;
   bool seen = false;
   int after = 0;
@@ -179,14 +162,11 @@ TEST_P(Dump, SigquitPrintsItAndTheProgramGoesOn) {
     ASSERT_TRUE(capstan_test::green_wait_until([&] { return blocked(taker); }));
     ::kill(::getpid(), SIGQUIT);
     seen = capstan_test::green_wait_until([&] {
-      return captured().find("\"quit-me\": blocked on mvar take") != std::string::npos;
+      return err.contents().find("\"quit-me\": blocked on mvar take") != std::string::npos;
     });
     empty.put(7);  // still running: the signal did not end the program
   });
-  ::dup2(saved, 2);
-  ::close(saved);
-  std::string out = captured();
-  ::close(fd);
+  std::string out = err.restore();
   EXPECT_TRUE(seen) << out;
   EXPECT_NE(out.find("capstan: thread dump (SIGQUIT)"), std::string::npos) << out;
   EXPECT_EQ(after, 7);
