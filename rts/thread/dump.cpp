@@ -104,8 +104,7 @@ std::string bytes_text(std::size_t n) {
 // Who runs what, from the capabilities and Tasks (read once per dump).
 struct Where {
   std::unordered_map<const Thread*, unsigned> running_on;   // thread -> capability
-  std::unordered_map<const Thread*, std::size_t> in_call;   // thread -> Task index
-  std::unordered_map<const Task*, std::size_t> task_no;     // Task -> index in rt.tasks
+  std::unordered_map<const Thread*, unsigned> in_call;      // thread -> its Task's no
 };
 
 Where where_now() {
@@ -113,11 +112,8 @@ Where where_now() {
   for (Capability* c : rt.caps)
     if (const Thread* t = snap(c->current)) w.running_on[t] = c->no;
   std::lock_guard<std::mutex> g(rt.tasks_mu);
-  for (std::size_t i = 0; i < rt.tasks.size(); ++i) {
-    const Task* task = rt.tasks[i].get();
-    w.task_no[task] = i;
-    if (const Thread* t = task->in_safe_call.load(std::memory_order_relaxed)) w.in_call[t] = i;
-  }
+  for (const auto& task : rt.tasks)
+    if (const Thread* t = task->in_safe_call.load(std::memory_order_relaxed)) w.in_call[t] = task->no;
   return w;
 }
 
@@ -148,8 +144,8 @@ std::string describe(const Thread* t, const Where& w, std::int64_t now, std::int
     }
   }
   if (snap(t->bound)) {
-    auto task = w.task_no.find(snap(t->bound_task));
-    if (task != w.task_no.end()) line += fmt::format(", bound to task {}", task->second);
+    // Task::no is written once, before the Task is published in rt.tasks.
+    if (const Task* task = snap(t->bound_task)) line += fmt::format(", bound to task {}", task->no);
   } else if (snap(t->locked)) {
     line += ", locked to its capability";
   }
