@@ -164,7 +164,18 @@ TEST(RunQueueConcurrency, StealsNeverOverlapTheOwner) {
   std::vector<Thread*> held;
   for (auto& x : t) held.push_back(&x);
   std::mt19937 rng(7);
-  for (int op = 0; op < kOps; ++op) {
+  // At least kOps operations, and on until the thief has got in a few
+  // times: on a loaded machine its OS thread may not even start before
+  // kOps are done (kWaitGuard turns a thief that never runs into the
+  // failure below, not a hang).
+  constexpr long kMinSteals = 50;
+  auto guard = std::chrono::steady_clock::now() + capstan_test::kWaitGuard;
+  auto more = [&](int op) {
+    if (op < kOps) return true;
+    if (steals.load(std::memory_order_relaxed) >= kMinSteals) return false;
+    return op % 1024 != 0 || std::chrono::steady_clock::now() < guard;
+  };
+  for (int op = 0; more(op); ++op) {
     if (op % 64 == 0) {  // take back what the thief returned
       std::lock_guard<std::mutex> g(back_mu);
       for (Thread* x : back) {
