@@ -77,7 +77,9 @@ def main():
         for ln in err.splitlines():
             parts = ln.split(",")
             if len(parts) > 3 and parts[0].strip().isdigit():
-                counts[parts[2].split(":")[-1].replace("sys_enter_", "")] = int(parts[0])
+                name = parts[2]
+                key = "all" if name == "raw_syscalls:sys_enter" else name.split("sys_enter_")[-1]
+                counts[key] = int(parts[0])
     srv.terminate()
     srv.wait()
     out = w.stdout
@@ -88,7 +90,7 @@ def main():
     wu, ws = (float(x) for x in re.search(r"WRKCPU ([\d.]+) ([\d.]+)", w.stderr).groups())
     res = [a.label, f"req_s={rps:.0f}", f"p99_ms={p99:.2f}", f"reqs={reqs}"]
     if counts:
-        res.append(f"sc_per_req={counts.get('raw_syscalls', 0) / reqs:.2f}")
+        res.append(f"sc_per_req={counts.get('all', 0) / reqs:.2f}")
         res += [f"{c}={counts[c] / reqs:.2f}" for c in CALLS if counts.get(c, 0) / reqs >= 0.01]
     res += [f"srv_user={(u1 - u0) / hz / wall:.2f}", f"srv_sys={(s1 - s0) / hz / wall:.2f}",
             f"wrk_user={wu / wall:.2f}", f"wrk_sys={ws / wall:.2f}"]
