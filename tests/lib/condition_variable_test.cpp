@@ -72,14 +72,16 @@ TEST_P(CondVar, EveryWakeUpIsANotify) {
     capstan::wait_group wg(kWaiters);
     for (int i = 0; i < kWaiters; ++i) {
       capstan::fork_io([&] {
-        std::unique_lock<capstan::mutex> lk(m);
-        while (!stop) {
-          ++waiting;
-          cv.wait(lk);
-          if (tickets == 0) ++spurious; else --tickets;
-          ++woken;
+        {
+          std::unique_lock<capstan::mutex> lk(m);
+          while (!stop) {
+            ++waiting;
+            cv.wait(lk);
+            if (tickets == 0) ++spurious; else --tickets;
+            ++woken;
+          }
         }
-        wg.done();
+        wg.done();  // after the unlock: once all are done, m goes out of scope
       });
     }
     for (int sent = 0; sent < kNotifies;) {

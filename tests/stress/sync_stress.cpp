@@ -149,14 +149,16 @@ void million_waits(unsigned caps) {
     capstan::wait_group wg(kWaiters);
     for (int i = 0; i < kWaiters; ++i)
       capstan::fork_io([&] {
-        std::unique_lock<M> lk(m);
-        while (!stop) {
-          ++waiting;
-          cv.wait(lk);
-          if (tickets == 0) ++spurious; else --tickets;
-          ++woken;
+        {
+          std::unique_lock<M> lk(m);
+          while (!stop) {
+            ++waiting;
+            cv.wait(lk);
+            if (tickets == 0) ++spurious; else --tickets;
+            ++woken;
+          }
         }
-        wg.done();
+        wg.done();  // after the unlock: once all are done, m goes out of scope
       });
     auto notifier = [&](unsigned seed) {
       std::mt19937_64 rng(stress::seed() + seed);
