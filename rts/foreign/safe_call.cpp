@@ -88,7 +88,8 @@
 //  * another thread's arrival in the inbox during any call still hands the
 //    capability over at once (notify_capability sees it free).
 // The ticker stops watching after kQuietPolls polls without a deferred
-// call.  A returning caller takes its capability back with the same CAS as
+// call; it also looks once every tick, so work could wait at most a tick
+// even if a watch were missed (the hand-shake says none is).  A returning caller takes its capability back with the same CAS as
 // ever (safe_call_leave), racing the ticker's grab: exactly one wins.
 //
 // Note [Unbound threads on a bound Task]

@@ -147,6 +147,9 @@ void Ticker::loop() {
   while (!quit_.load(std::memory_order_seq_cst)) {
     nap(period_ns);  // one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
+    // Note [Deferred hand-off]: the backstop, should a watch ever be
+    // missed - a call that has blocked for a whole tick.
+    retake_deferred();
     rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
     sample_peaks();
     if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
