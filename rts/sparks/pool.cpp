@@ -121,9 +121,11 @@ spark_base* ask(Capability* me, Capability* v) {
     spark_base* s = me->steal_box.load(std::memory_order_acquire);
     if (s) return s == kNoSpark ? nullptr : take_batch(me, s);
     poll_spark_requests(me);  // two thieves asking each other must not stall
-    // With more capabilities than CPUs the owner's OS thread may be waiting
-    // for ours to leave the CPU before it can answer: give it the CPU.
-    if ((i & 63) == 0 && rt.n_caps > rt.n_cpus) sched_yield();
+    // The owner's OS thread may be waiting for ours to leave the CPU before
+    // it can answer (more capabilities than CPUs, or the kernel put both on
+    // one CPU): give it the CPU (Note [Yielding the CPU while spinning] in
+    // schedule/idle.cpp).
+    if ((i & 63) == 0) sched_yield();
     if ((i & 63) == 0 && (now_ns() > deadline || me->inbox.maybe_nonempty())) {
       expected = me;
       if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
