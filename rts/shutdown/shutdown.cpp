@@ -84,7 +84,9 @@ bool request_kill(Thread* t) noexcept {
   detail::waiter* w = t->waiter;
   // A thread that blocked while unwinding is not killed (see above): its
   // uncaught-exception count was saved with it when it switched out.
-  bool killable = !(t->has_eh && t->eh.uncaught != 0);
+  // Nor is a shielded wait (a spark's destructor waiting for the spark:
+  // Note [Completing a stolen spark] in sparks/sparks.cpp); its waker runs.
+  bool killable = !(t->has_eh && t->eh.uncaught != 0) && !w->shielded;
   if (killable) {
     m->remove(*w);
     w->outcome = detail::waiter::killed;
