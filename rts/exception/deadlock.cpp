@@ -32,6 +32,10 @@
 // (that would terminate()); they stay blocked.  The exception's message
 // lists the blocked threads and what each waited on (as dump_threads
 // does), so a program that dies of it says where it was stuck.
+// During shutdown the same question, asked by shutdown_tick, tells
+// shutdown when the threads it cannot kill (blocked while unwinding) can
+// be abandoned at once (Note [Blocked while unwinding] in
+// shutdown/shutdown.cpp).
 #include "exception/deadlock.hpp"
 
 #include <dirent.h>
