@@ -36,9 +36,11 @@ std::string runtime_statistics::summary() const {
   for (std::size_t i = 0; i < capabilities.size(); ++i) {
     const auto& c = capabilities[i];
     fmt::format_to(it, "  cap {}: busy {:.3f}s idle {:.3f}s, {} switches, {} created, {} pushed, {} received, "
-        "{} stolen from a stalled capability, {} sleeps, {} of {} steal requests answered with a spark\n",
+        "{} stolen from a stalled capability, {} sleeps, {} of {} steal requests answered with a spark, "
+        "{} handed to a spare during a safe call\n",
         i, secs(c.busy), secs(c.idle), c.context_switches, c.threads_created, c.threads_pushed,
-        c.threads_received, c.threads_stolen, c.sleeps, c.steals, c.steal_attempts);
+        c.threads_received, c.threads_stolen, c.sleeps, c.steals, c.steal_attempts,
+        c.safe_call_handoffs);
   }
   fmt::format_to(it, "  elapsed: {:.3f}s\n", secs(elapsed));
   return out;

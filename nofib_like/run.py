@@ -3,7 +3,7 @@
 
     python3 nofib_like/run.py --build-dir build [--reps 5] [--quick]
         [--only prog,prog] [--no-ghc] [--markdown FILE] [--json FILE]
-        [--timeout SECONDS] [--dry-run]
+        [--caps 1,2,4,8] [--run-seconds S] [--timeout SECONDS] [--dry-run]
 
 Every benchmark prints exactly one line on stdout:
 
@@ -33,6 +33,15 @@ benchmark runs) without running them.
 metric, N, capstan's and the twin's median/min/max; see json_rows), which
 `scripts/plot.py table` draws as a picture.
 
+Every program runs at -N1, -N2, -N4 and -N8 (--caps); the rows above -N2
+(three runs each) show how much worse they are than -N2 ("vs N2"): on a
+2-core machine they check that more capabilities than cores lose nothing.
+A per-operation program (Benchmark.per_op) whose full-size run would take
+longer than --run-seconds runs fewer operations, decided by a probe run
+(sized_args): GHC's cross-capability hand-offs cost microseconds each, and
+at full size they alone took most of half an hour.  The table shows such
+series' operation counts as ran_n.
+
 A failed check, a crash, a timeout or a missing binary shows up as FAIL in
 the table, and makes the runner exit with status 1 after printing everything.
 Runs are strictly sequential.
@@ -48,6 +57,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,6 +76,7 @@ class Benchmark:
                                   # other one is lower is better
     spark: bool = False  # built on sparks: the row shows the -N2 over -N1 speed-up
     min_reps: int = 0    # noisy: never fewer repetitions than this
+    max_reps: int = 0    # long runs: never more repetitions than this (0: no cap)
     binary: str = ""     # the C++ program, relative to the build directory
                          # (default nofib_like/<name>)
     driver: Path = None  # run through this script, given the binary as
@@ -76,6 +87,10 @@ class Benchmark:
     twin_c_sources: tuple = ()  # C files (relative to nofib_like/) that ghc
                                 # compiles and links into the twin
     twin_flags: tuple = ()      # extra ghc flags for the twin
+    per_op: bool = False  # the first argument counts operations and the
+                          # primary metric is per operation: a series whose
+                          # full-size run would take far longer than
+                          # --run-seconds runs fewer (see sized_args)
 
     def run_args(self, quick):
         """The arguments of one run, as strings."""
@@ -97,14 +112,14 @@ HTTP = dict(binary="examples/http_hello", driver=HERE / "http.py",
 # Every benchmark, in the order they are run.  A program may appear several
 # times with different arguments (each is its own row).
 BENCHMARKS = [
-    Benchmark("switch", (10_000_000,), (1_000_000,), "ns_per_switch"),
-    Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", min_reps=7),
+    Benchmark("switch", (10_000_000,), (1_000_000,), "ns_per_switch", per_op=True),
+    Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", per_op=True, min_reps=7),
     Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread"),
-    Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop"),
+    Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop", per_op=True),
     # The sync primitives, each with its baselines in the same line.
-    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7,
+    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7, per_op=True,
               binary="nofib_like/mutex_bench"),
-    Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", min_reps=7),
+    Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", per_op=True, min_reps=7),
     Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread"),
     Benchmark("parked", (1_000_000,), (100_000,), "bytes_per_thread"),
     Benchmark("idle", (5,), (1,), "cpu_percent"),
@@ -129,7 +144,7 @@ BENCHMARKS = [
     Benchmark("sieve", (2_000_000,), (200_000,), "ms", spark=True),
     # Foreign calls.  safecall: calls, green threads; its twin's callee is
     # the very C file the C++ program links.
-    Benchmark("safecall", (5_000_000, 1), (500_000, 1), "added_ns",
+    Benchmark("safecall", (5_000_000, 1), (500_000, 1), "added_ns", per_op=True,
               twin_c_sources=("ffi_nop.c",)),
     # Long enough for the OS to spread the threads; 2 green threads:
     # calls/s against 1 thread.
@@ -144,12 +159,12 @@ BENCHMARKS = [
               twin_flags=("-fno-omit-yields",)),
     # In-calls per OS thread, OS threads; the stubs are the pthreads that
     # call the twins' foreign exports.
-    Benchmark("callback001", (10_000, 4), (1_000, 4), "ns_per_incall",
+    Benchmark("callback001", (10_000, 4), (1_000, 4), "ns_per_incall", per_op=True,
               twin_c_sources=("haskell/callback001_stubs.c",)),
     # In-calls (and condvar round trips).
-    Benchmark("callback002", (100_000,), (10_000,), "ratio",
+    Benchmark("callback002", (100_000,), (10_000,), "ratio", per_op=True,
               twin_c_sources=("haskell/callback002_stubs.c",)),
-    Benchmark("boundpingpong", (200_000,), (20_000,), "ns_per_handoff",
+    Benchmark("boundpingpong", (200_000,), (20_000,), "ns_per_handoff", per_op=True,
               twin_c_sources=("haskell/boundpingpong_stubs.c",)),
     # IO manager.  delay: threads, each sleeping 1 ms; http: wrk
     # connections, seconds.
@@ -157,10 +172,10 @@ BENCHMARKS = [
     # Stopping threads.  kill: threads, forked masked and killed (threads006);
     # killblocked: blocked threads killed, frames each (prints the bare
     # throw+catch floor through the same frames, and the ratio).
-    Benchmark("kill", (1_000_000,), (100_000,), "ns_per_thread"),
+    Benchmark("kill", (1_000_000,), (100_000,), "ns_per_thread", per_op=True),
     Benchmark("killblocked", (100_000, 5), (20_000, 5), "ns_per_thread"),
     # 500 threads in a line, values pumped through.
-    Benchmark("threads003", (20_000,), (2_000,), "ns_per_hop"),
+    Benchmark("threads003", (20_000,), (2_000,), "ns_per_hop", per_op=True),
     # Threads blocked at exit (threads007: mvars, sleeps; shutdown: and fd
     # waits): time from main returning to run() returning, per thread.
     Benchmark("threads007", (20_000,), (5_000,), "exit_ns"),
@@ -168,16 +183,17 @@ BENCHMARKS = [
     # Quick timeouts, then 1 ms expiries.
     Benchmark("timeout", (1_000_000, 200), (100_000, 50), "ns_per_timeout"),
     # Rounds; ms from main blocking to blocked_indefinitely.
-    Benchmark("deadlock", (10,), (3,), "ms"),
+    Benchmark("deadlock", (10,), (3,), "ms", per_op=True),
     # Channels: one writer, one reader, n items (GHC's smp chan);
     # mvar_items_per_s is the same pipe through an mvar; split_items_per_s
     # the chan with writer and reader on different capabilities (-N2).
-    Benchmark("chan", (10_000_000,), (1_000_000,), "items_per_s",
+    Benchmark("chan", (10_000_000,), (1_000_000,), "items_per_s", per_op=True,
               higher_is_better=("items_per_s", "mvar_items_per_s", "split_items_per_s")),
-    Benchmark("http", (64, 10), (64, 2), "req_per_s", **HTTP),
-    Benchmark("http", (1000, 10), (1000, 2), "req_per_s", **HTTP),
+    Benchmark("http", (64, 4), (64, 2), "req_per_s", max_reps=3, **HTTP),
+    Benchmark("http", (1000, 4), (1000, 2), "req_per_s", max_reps=3, **HTTP),
 ]
-CAPS = (1, 2)
+CAPS = (1, 2, 4, 8)  # --caps: -N4 and -N8 on this 2-core machine check oversubscription
+OVER_REPS = 3        # repetitions per series above -N2 (at most)
 GHC_FLAGS = ["-O2", "-threaded", "-rtsopts"]
 GHC_C_FLAGS = ["-optc-O2"]  # for the C files
 
@@ -273,6 +289,39 @@ def run_once(binary, bench, impl, args, caps, timeout):
     if not isinstance(values[metrics[0]], float):
         raise RunError(f"bad metric value: {metrics[0]}={fields[metrics[0]]}")
     return values
+
+
+PROBE_FRACTION = 100  # sized_args's probe runs 1/100 of the operations
+
+
+def round2(x):
+    """x rounded down to two significant digits (at least 1)."""
+    x = max(1, int(x))
+    scale = 10 ** max(0, len(str(x)) - 2)
+    return x // scale * scale
+
+
+def sized_args(binary, bench, impl, args, caps, timeout, target):
+    """The arguments for a per_op series: args itself, unless a probe run
+    of 1/PROBE_FRACTION of the operations says a full run would take more
+    than `target` seconds; then the first argument is cut so that a run
+    takes about `target` (never below the probe's size).  GHC's -N2 twins of
+    the hand-off programs take 8-22 us per operation where capstan takes
+    40 ns: at full size one such series took minutes.  A probe shorter than
+    target / 10 keeps the full size: its time is mostly process start, so
+    the estimate would cut runs that are already short."""
+    n = int(args[0])
+    probe_n = max(1, n // PROBE_FRACTION)
+    probe = (str(probe_n),) + tuple(args[1:])
+    t0 = time.monotonic()
+    run_once(binary, bench, impl, probe, caps, timeout)  # raises RunError
+    t = time.monotonic() - t0
+    if t < target / 10:
+        return args
+    est = t * n / probe_n
+    if est <= target:
+        return args
+    return (str(max(probe_n, round2(n * target / est))),) + tuple(args[1:])
 
 
 def run_series(binary, bench, impl, args, caps, reps, timeout):
@@ -387,11 +436,26 @@ def speedup(cells, row, impl, primary):
     return f"{a / b:.2f}"
 
 
-def table_rows(cells, have_ghc, with_speedup):
+def versus_n2(cells, row, impl, primary, caps, higher_is_better):
+    """How much worse the primary metric is at -N<caps> than at -N2, as
+    text: median at N / median at N2 (N2 / N when higher is better), so
+    1.10 means 10 % worse."""
+    two = cells.get((*row, 2), {}).get(impl, ([], None))
+    this = cells.get((*row, caps), {}).get(impl, ([], None))
+    a, b = median(this, primary), median(two, primary)
+    if not isinstance(a, float) or not isinstance(b, float) or not a or not b:
+        return "FAIL" if this[1] or two[1] else "-"
+    return f"{(b / a if higher_is_better else a / b):.2f}"
+
+
+def table_rows(cells, have_ghc, with_speedup, with_vs2=False, sized=None):
     """cells: {(benchmark, args, caps): {impl: (results, error)}} -> list
     of row lists.  A series that was not run (no ghc) is ([], None).
     with_speedup adds the -N2/-N1 speed-up column, filled in the -N2 rows of
-    the spark programs."""
+    the spark programs; with_vs2 the "vs N2" column (versus_n2), filled in
+    the rows above -N2.  sized: {(benchmark, args, caps, impl): n} for the
+    per_op series that ran fewer operations (shown as ran_n=capstan/ghc)."""
+    sized = sized or {}
     rows = []
     for (bench, args, caps), by_impl in cells.items():
         cap = by_impl["capstan"]
@@ -426,6 +490,19 @@ def table_rows(cells, have_ghc, with_speedup):
                 if have_ghc:
                     up += "/" + speedup(cells, (bench, args), "ghc", primary)
             row.append(up)
+        if with_vs2:
+            vs = ""
+            if caps > 2:
+                hib = primary in bench.higher_is_better
+                vs = versus_n2(cells, (bench, args), "capstan", primary, caps, hib)
+                if have_ghc:
+                    vs += "/" + versus_n2(cells, (bench, args), "ghc", primary, caps, hib)
+            row.append(vs)
+        ran = [sized.get((bench, args, caps, impl)) for impl in ("capstan", "ghc")]
+        if any(ran):
+            full = args[0]
+            extra = (f"ran_n={ran[0] or full}" + (f"/{ran[1] or full}" if have_ghc else "")
+                     + (" " if extra else "") + extra)
         rows.append(row + [extra])
     return rows
 
@@ -490,18 +567,18 @@ HEADER = ["program", "metric", "N", "capstan median", "capstan min..max",
           "ghc median", "capstan/ghc", "secondary (capstan/ghc medians)"]
 # With spark programs in the run, before the secondaries:
 SPEEDUP_HEADER = "N2 speed-up (capstan/ghc)"
-RIGHT = {2, 3, 4, 5, 6, 7}  # right-aligned (numeric) columns, secondaries excepted
+# With rows above -N2 (table_rows' with_vs2), before the secondaries:
+VS2_HEADER = "vs N2 (capstan/ghc)"
+RIGHT = {2, 3, 4, 5, 6, 7, 8}  # right-aligned (numeric) columns, secondaries excepted
 
 
-def header(rows):
-    """HEADER, with the speed-up column if the rows have it."""
-    if rows and len(rows[0]) > len(HEADER):
-        return HEADER[:-1] + [SPEEDUP_HEADER, HEADER[-1]]
-    return HEADER
+def header(with_speedup, with_vs2=False):
+    """HEADER, with the optional columns table_rows was asked for."""
+    return (HEADER[:-1] + [SPEEDUP_HEADER] * with_speedup + [VS2_HEADER] * with_vs2
+            + HEADER[-1:])
 
 
-def plain_table(rows):
-    head = header(rows)
+def plain_table(rows, head):
     last = len(head) - 1  # the secondaries: always left-aligned
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
 
@@ -512,8 +589,7 @@ def plain_table(rows):
     return "\n".join([line(head), sep] + [line(r) for r in rows])
 
 
-def markdown_table(rows):
-    head = header(rows)
+def markdown_table(rows, head):
     last = len(head) - 1
     out = ["| " + " | ".join(head) + " |",
            "|" + "|".join("---:" if i in RIGHT and i != last else "---"
@@ -552,6 +628,12 @@ def main():
                          "(scripts/plot.py table draws it)")
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds per run (default 300)")
+    ap.add_argument("--caps", default=",".join(map(str, CAPS)),
+                    help="capability counts to run (default %(default)s)")
+    ap.add_argument("--run-seconds", type=float, default=0.5,
+                    help="per-operation programs: cut the operation count of a "
+                         "series whose full-size run would take longer than this "
+                         "(default 0.5; not with --quick)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the commands (ghc builds, then every run of "
                          "every benchmark, once per series) and run none")
@@ -560,6 +642,14 @@ def main():
     reps = args.reps if args.reps is not None else (3 if args.quick else 5)
     if reps < 1:
         ap.error("--reps must be at least 1")
+    try:
+        caps_list = tuple(int(c) for c in args.caps.split(","))
+    except ValueError:
+        caps_list = ()
+    if not caps_list or any(not 1 <= c <= 256 for c in caps_list):
+        ap.error(f"--caps must be a comma-separated list of counts from 1 to 256, got {args.caps!r}")
+    if not args.run_seconds > 0:
+        ap.error("--run-seconds must be positive")
     known = list(dict.fromkeys(b.name for b in BENCHMARKS))
     only = [p for p in args.only.split(",") if p]
     for p in only:
@@ -587,37 +677,62 @@ def main():
                     twins[bench.name] = e
 
     cells = {}
+    sized = {}  # (bench, args, caps, impl) -> the n a per_op series ran with
+    started = time.monotonic()
     for bench, prog_args in selected:
         prog_reps = max(reps, bench.min_reps)
-        print(f"{bench.name} n={' '.join(prog_args)} reps={prog_reps}", file=sys.stderr)
+        if bench.max_reps:
+            prog_reps = min(prog_reps, bench.max_reps)
+        print(f"{bench.name} n={' '.join(prog_args)} reps={prog_reps}"
+              f" [{(time.monotonic() - started) / 60:.1f} min]", file=sys.stderr)
         impls = [("capstan", bench.binary_in(args.build_dir))]
         if have_ghc and twins[bench.name] is not None:
             impls.append(("ghc", twins[bench.name]))
-        for caps in CAPS:
+        for caps in caps_list:
+            # Above -N2 (oversubscribed on a 2-core machine) the rows check
+            # that nothing is lost against -N2: three runs suffice.
+            caps_reps = prog_reps if caps <= 2 else min(prog_reps, OVER_REPS)
             series = cells[(bench, prog_args, caps)] = {}
             for impl, binary in impls:
                 if args.dry_run:
                     if not isinstance(binary, RunError):
                         cmd = command_for(binary, bench, impl, prog_args, caps)
-                        print(f"{shlex.join(cmd)}  # x{prog_reps}")
+                        print(f"{shlex.join(cmd)}  # x{caps_reps}")
                     continue
                 if isinstance(binary, RunError):
                     res, err = [], str(binary)
                 elif not binary.exists():
                     res, err = [], f"missing binary {binary}"
                 else:
-                    res, err = run_series(binary, bench, impl, prog_args, caps,
-                                          prog_reps, args.timeout)
+                    run_args, res, err = prog_args, [], None
+                    if bench.per_op and not args.quick:
+                        try:
+                            run_args = sized_args(binary, bench, impl, prog_args, caps,
+                                                  args.timeout, args.run_seconds)
+                        except RunError as e:
+                            err = str(e)
+                        if run_args != prog_args:
+                            print(f"  {bench.name:<10} N={caps} {impl:<7} n={run_args[0]}"
+                                  f" (a full-size run would take over {args.run_seconds:g} s)",
+                                  file=sys.stderr)
+                            sized[(bench, prog_args, caps, impl)] = run_args[0]
+                    if not err:
+                        res, err = run_series(binary, bench, impl, run_args, caps,
+                                              caps_reps, args.timeout)
                 if err:
                     failures.append((row_label(bench.name, prog_args), caps, impl, err))
                 series[impl] = (res, err)
     if args.dry_run:
         return 0
 
-    with_speedup = any(b.spark for b, _ in selected)
-    rows = table_rows(cells, have_ghc, with_speedup)
+    with_speedup = any(b.spark for b, _ in selected) and 1 in caps_list and 2 in caps_list
+    with_vs2 = 2 in caps_list and any(c > 2 for c in caps_list)
+    rows = table_rows(cells, have_ghc, with_speedup, with_vs2, sized)
+    head = header(with_speedup, with_vs2)
     print()
-    print(plain_table(rows))
+    print(plain_table(rows, head))
+    elapsed = time.monotonic() - started
+    print(f"\nran in {elapsed / 60:.1f} minutes", file=sys.stderr)
     notes = [f"FAIL {prog} N={caps} {impl}: {err}"
              for prog, caps, impl, err in failures]
     if notes:
@@ -656,9 +771,13 @@ def main():
             "all metrics lower is better but "
             + ", ".join(f"{p}'s {m}" for p, m in higher) + "; "
             "capstan/ghc = capstan median / ghc median"
-            + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else ""),
+            + ("; N2 speed-up = median at -N1 / median at -N2" if with_speedup else "")
+            + ("; vs N2 = median at -N / median at -N2 (inverted where higher is better:"
+               " above 1 is worse)" if with_vs2 else "")
+            + ("; ran_n: a per-operation series cut to about "
+               f"{args.run_seconds:g} s per run" if sized else ""),
             "",
-            markdown_table(rows),
+            markdown_table(rows, head),
         ]
         if notes:
             text += [""] + [f"- {n}" for n in notes]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh - set up, build (release, -O2) and run the nofib_like suite at
-# -N1 and -N2, printing one table; with --with-ghc it also installs GHC and
+# -N1, -N2, -N4 and -N8, printing one table; with --with-ghc it also installs GHC and
 # runs every program's Haskell twin in the same invocation (ratio column).
 # Other arguments go to nofib_like/run.py (e.g. --quick, --only ring,switch).
 # Writes build/nofib_results.md (the table), build/nofib_results.json (the

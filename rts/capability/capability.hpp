@@ -71,6 +71,7 @@ struct alignas(64) Capability {
   OwnerCounter context_switches, threads_pushed, threads_received, sleeps;
   OwnerCounter idle_ns, stacks_allocated, stacks_freed;
   OwnerCounter sparks_converted, steal_attempts, steals, threads_stolen;
+  OwnerCounter safe_call_handoffs;  // bumped by whoever holds the capability as it gives it away
 
   // --- shared with other capabilities --------------------------------------
   alignas(64) Inbox inbox;                     // [atomic] see inbox.hpp
@@ -78,6 +79,9 @@ struct alignas(64) Capability {
   std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
   std::atomic<Hold> hold{Hold::held};          // [atomic] Note [Handing over a capability]
   std::atomic<Task*> running_task{nullptr};    // [holder writes; anyone reads to unpark it]
+  // [holder writes (relaxed); the ticker reads] safe calls entered with
+  // work waiting: Note [Deferred hand-off] in foreign/safe_call.cpp
+  std::atomic<std::uint32_t> deferred_calls{0};
   std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
 
   // Sparks: see Note [Spark pools] in sparks/pool.cpp.

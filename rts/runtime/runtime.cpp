@@ -34,12 +34,14 @@
 // A program that must clean up returns from run()'s main function instead.
 #include "runtime/runtime.hpp"
 
+#include <sched.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -80,6 +82,8 @@ Runtime::Runtime(const options& o)
   membarrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   waits_need_lock.store(!membarrier_ok);
   coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) n_cpus = std::max(1, CPU_COUNT(&cpus));
   arena.configure(o.stack_size);
   caps.reserve(n_caps);
 }

@@ -55,6 +55,9 @@ struct Runtime {
   options opts;                                  // [start]
   std::vector<Capability*> caps;                 // [start] owned: freed by ~Runtime
   unsigned n_caps = 0;                           // [start]
+  unsigned n_cpus = 1;                           // [start] CPUs this process may run on (its
+                                                 // affinity mask): Note [Spinning only on a
+                                                 // free CPU] in schedule/idle.cpp
   bool switch_every_safe_point = false;          // [start] +RTS -C0
   bool membarrier_ok = false;                    // [start] process registered for membarrier
   bool sanitizers = false;                       // [start] ASan or TSan fiber hooks present
@@ -67,6 +70,8 @@ struct Runtime {
   std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Wait locks] in schedule/raise.cpp
   std::atomic<bool> wait_locks_on{false};        // [atomic] the protocol of Note [Wait locks] is done
   std::atomic<unsigned> n_idle{0};               // [atomic] capabilities in idle()
+  std::atomic<unsigned> n_spinning{0};           // [atomic, relaxed] those of them spinning,
+                                                 // not asleep: Note [Spinning only on a free CPU]
   std::atomic<std::int64_t> last_watch_wake_ns{0};  // [atomic, relaxed] Note [Stealing from a
                                                     // stalled capability]: rate limit
   std::atomic<std::int64_t> watch_request_ns{0};    // [atomic, relaxed] same Note: when a busy
@@ -87,10 +92,10 @@ struct Runtime {
   SharedCounter tasks_created;
   SharedCounter incall_threads_created;          // not counted by any capability
   std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
-  Fates fates;
+  Fates fates;                                   // internally synchronised (thread/fates.hpp)
   long main_tid = 0;                             // [start] OS thread id of run()'s caller
   SharedCounter deadlocks_detected;              // exception/deadlock.cpp
-  SharedCounter deadlock_stood_down;                                   // internally synchronised (thread/fates.hpp)
+  SharedCounter deadlock_stood_down;
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
   // Set by the ticker when, during shutdown, nothing could wake a thread
   // any more (shutdown_tick); main clears it.  Note [Blocked while unwinding].

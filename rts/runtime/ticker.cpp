@@ -58,24 +58,98 @@ void Ticker::start(std::chrono::microseconds timeslice) {
 void Ticker::stop() {
   if (!thread_.joinable()) return;
   quit_.store(1, std::memory_order_seq_cst);
-  futex_wake(&quit_, 1);
+  wake_.store(1, std::memory_order_seq_cst);
+  futex_wake(&wake_, 1);
   rt.ticker_parked.store(0, std::memory_order_seq_cst);
   futex_wake(&rt.ticker_parked, 1);
   thread_.join();
 }
 
+namespace {
+
+struct timespec to_timespec(std::int64_t ns) {
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+// Work that a spare Task could run on a free capability.  Read from the
+// ticker without holding the capability: hints (relaxed counters, the
+// inbox's head), confirmed by whoever takes the capability.
+bool free_with_work(Capability* c) {
+  return c->hold.load(std::memory_order_seq_cst) == Hold::free &&
+         (c->run_queue.size() != 0 || c->inbox.nonempty_seq_cst() || c->sparks.size() != 0);
+}
+
+}  // namespace
+
+// The hand-shake that keeps a deferred call from going unwatched (Note
+// [Deferred hand-off]), all seq_cst:
+//   caller: hold = free; if watching_ == 0: watching_ = 1, wake_ = 1, futex_wake
+//   ticker: watching_ = 0; for each capability: if free_with_work: watching_ = 1
+// Either the caller sees the ticker stop watching and wakes it, or the
+// ticker, stopping, sees the released capability and keeps watching.
+void Ticker::watch_deferred_calls() noexcept {
+  if (watching_.load(std::memory_order_seq_cst)) return;
+  watching_.store(1, std::memory_order_seq_cst);
+  wake_.store(1, std::memory_order_seq_cst);
+  futex_wake(&wake_, 1);
+}
+
+bool Ticker::retake_deferred() {
+  if (seen_.size() != rt.n_caps) seen_.assign(rt.n_caps, 0);
+  bool any = false;
+  for (Capability* c : rt.caps) {
+    std::uint32_t d = c->deferred_calls.load(std::memory_order_relaxed);
+    bool waiting = free_with_work(c);
+    // The same deferred call as a poll ago: it has lasted at least a
+    // poll, so it blocks; give the waiting work a spare Task.
+    if (waiting && d != 0 && d == seen_[c->no] && try_grab_capability(c)) {
+      c->safe_call_handoffs.add();
+      give_capability_to_spare(c);
+      waiting = false;
+    }
+    seen_[c->no] = d;
+    any = any || waiting;
+  }
+  return any;
+}
+
+void Ticker::nap(std::int64_t period_ns) {
+  std::int64_t end = now_ns() + period_ns;
+  for (;;) {
+    if (quit_.load(std::memory_order_seq_cst)) return;
+    std::int64_t left = end - now_ns();
+    if (left <= 0) return;
+    // Reset before looking at watching_: a watch_deferred_calls between the
+    // two leaves wake_ set, and futex_wait returns at once.
+    wake_.store(0, std::memory_order_seq_cst);
+    bool watching = watching_.load(std::memory_order_seq_cst) != 0;
+    std::int64_t poll = std::chrono::duration_cast<std::chrono::nanoseconds>(kRetakePoll).count();
+    struct timespec ts = to_timespec(watching ? std::min(left, poll) : left);
+    futex_wait(&wake_, 0, &ts);
+    if (!watching) continue;
+    if (retake_deferred()) {
+      quiet_polls_ = 0;
+    } else if (++quiet_polls_ >= kQuietPolls) {
+      quiet_polls_ = 0;
+      watching_.store(0, std::memory_order_seq_cst);
+      for (Capability* c : rt.caps)
+        if (free_with_work(c)) watching_.store(1, std::memory_order_seq_cst);
+    }
+  }
+}
+
 void Ticker::loop() {
-  auto us = period_.count();
-  struct timespec ts {
-    static_cast<time_t>(us / 1000000), static_cast<long>((us % 1000000) * 1000)
-  };
+  std::int64_t period_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(period_).count();
   int idle_ticks = 0;
   unsigned slice_ticks = 0;
   StallTicker stalls;
   HogWarner hogs;
   while (!quit_.load(std::memory_order_seq_cst)) {
-    futex_wait(&quit_, 0, &ts);  // sleep one period, or until stop()
+    nap(period_ns);  // one period, or until stop()
     if (quit_.load(std::memory_order_seq_cst)) break;
+    // Note [Deferred hand-off]: the backstop, should a watch ever be
+    // missed - a call that has blocked for a whole tick.
+    retake_deferred();
     rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
     sample_peaks();
     // Note [Shutdown]: the grace-period clock; held back for one tick while

@@ -199,7 +199,7 @@ void wake_watcher(Capability* cap, std::int64_t now) noexcept {
         c->hold.load(std::memory_order_relaxed) == Hold::held)
       return;  // one is spinning, and watches
   rt.last_watch_wake_ns.store(now, std::memory_order_relaxed);
-  detail::spark_wake_sleeper();  // wakes one sleeper to look around (idle.cpp)
+  wake_one_sleeper();  // to look around (idle.cpp), free CPU or not: threads wait
 }
 
 void StallTicker::tick() {
@@ -211,7 +211,7 @@ void StallTicker::tick() {
     if (e == epochs_[c->no] && candidate(c)) stalled = true;
     epochs_[c->no] = e;
   }
-  if (stalled && rt.n_idle.load(std::memory_order_relaxed) != 0) detail::spark_wake_sleeper();
+  if (stalled && rt.n_idle.load(std::memory_order_relaxed) != 0) wake_one_sleeper();
 }
 
 }  // namespace capstan::rts

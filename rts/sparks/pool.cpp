@@ -57,6 +57,8 @@
 // summary's total is created + overflowed + dud.
 #include "sparks/pool.hpp"
 
+#include <sched.h>
+
 #include "capstan/errors.hpp"
 #include "primitives/clock.hpp"
 #include "primitives/spin.hpp"
@@ -120,6 +122,11 @@ spark_base* ask(Capability* me, Capability* v) {
     spark_base* s = me->steal_box.load(std::memory_order_acquire);
     if (s) return s == kNoSpark ? nullptr : take_batch(me, s);
     poll_spark_requests(me);  // two thieves asking each other must not stall
+    // The owner's OS thread may be waiting for ours to leave the CPU before
+    // it can answer (more capabilities than CPUs, or the kernel put both on
+    // one CPU): give it the CPU (Note [Yielding the CPU while spinning] in
+    // schedule/idle.cpp).
+    if ((i & 63) == 0) sched_yield();
     if ((i & 63) == 0 && (now_ns() > deadline || me->inbox.maybe_nonempty())) {
       expected = me;
       if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
@@ -231,7 +238,19 @@ using namespace capstan::rts;
 //    (10 ms).  The ticker runs while any capability is busy (Note
 //    [Stopping the ticker]), and a pool is non-empty only while its owner
 //    is busy.
+// And it wakes nobody while every CPU already has a busy or spinning
+// capability (Note [Spinning only on a free CPU] in schedule/idle.cpp).
 void spark_wake_sleeper() noexcept {
+  unsigned busy = rt.n_caps - rt.n_idle.load(std::memory_order_relaxed);
+  if (busy + rt.n_spinning.load(std::memory_order_relaxed) >= rt.n_cpus) return;
+  wake_one_sleeper();
+}
+
+}  // namespace capstan::detail
+
+namespace capstan::rts {
+
+void wake_one_sleeper() noexcept {
   for (Capability* c : rt.caps) {
     // acquire: pairs with the sleeper's store of `sleeping` (idle.cpp), so
     // the Task we unpark below - the one that stored it - is visible to us
@@ -246,6 +265,10 @@ void spark_wake_sleeper() noexcept {
     }
   }
 }
+
+}  // namespace capstan::rts
+
+namespace capstan::detail {
 
 spark_pool* spark_pool_or_throw() {
   if (spark_pool* p = tl_spark_pool) return p;

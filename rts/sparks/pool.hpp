@@ -27,6 +27,13 @@ detail::spark_base* find_spark(Capability* cap);
 void remove_spark(detail::spark_pool* p, detail::spark_base* s);
 void trim_pool(detail::spark_pool* p);
 
+// wake_one_sleeper wakes one sleeping capability (the first whose
+// spark_wake flag it sets), unless one woken so is still on its way; it
+// looks for sparks and stalled capabilities.  spark_wake_sleeper, par()'s
+// call, does so only while a CPU is free (Note [Waking capabilities for
+// sparks]); the watch for stalled capabilities calls this directly.
+void wake_one_sleeper() noexcept;
+
 // Poll point: answer a steal request on cap's pool, if any.
 inline void poll_spark_requests(Capability* cap) {
   if (cap->sparks.request.load(std::memory_order_relaxed)) [[unlikely]]

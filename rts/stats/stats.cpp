@@ -49,6 +49,7 @@ runtime_statistics snapshot_statistics() {
     cs.threads_pushed = c->threads_pushed.get();
     cs.threads_received = c->threads_received.get();
     cs.threads_stolen = c->threads_stolen.get();
+    cs.safe_call_handoffs = c->safe_call_handoffs.get();
     cs.sleeps = c->sleeps.get();
     cs.steal_attempts = c->steal_attempts.get();
     cs.steals = c->steals.get();

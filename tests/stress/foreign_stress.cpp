@@ -53,6 +53,40 @@ void step(std::mt19937_64& rng, capstan::mvar<long>& in, capstan::mvar<long>& ou
   out.put(v);
 }
 
+// Note [Deferred hand-off]: a blocking safe call entered while a thread
+// waits must get that thread run by a spare Task, however its entry falls
+// against the ticker switching its watch on and off (it stops after
+// kQuietPolls quiet polls, 10 ms: the gaps between rounds straddle that).
+TEST_P(ForeignStress, DeferredCallsAreNeverStranded) {
+  stress::Watchdog dog(std::chrono::seconds(120), "deferred hand-off stress");
+  const int kRounds = 60 / stress::kScale + 1;
+  std::uint64_t handed = 0;
+  capstan::run(capstan_test::opts(GetParam().caps, std::chrono::microseconds(GetParam().slice_us)), [&] {
+    std::mt19937_64 rng(stress::seed());
+    for (int r = 0; r < kRounds; ++r) {
+      capstan::sleep_for(std::chrono::microseconds(8000 + rng() % 4000));
+      std::atomic<bool> ran{false};
+      capstan::mvar<int> done;
+      capstan::mvar<bool> saw;
+      // Both on main's capability, the caller first: it enters the call
+      // with the other queued, and blocks until that one has run.
+      capstan::fork_on(0, [&] {
+        saw.put(capstan::safe_call([&] { return capstan_test::os_wait_until([&] { return ran.load(); }); }));
+      });
+      capstan::fork_on(0, [&] {
+        ran = true;
+        done.put(1);
+      });
+      EXPECT_TRUE(saw.take()) << "round " << r;
+      done.take();
+    }
+    for (const auto& c : capstan::statistics().capabilities) handed += c.safe_call_handoffs;
+  });
+  // With one capability only a spare can run the queued thread: a hand-off
+  // per round.  With more, an idle capability may take it first.
+  EXPECT_GE(handed, GetParam().caps == 1 ? static_cast<std::uint64_t>(kRounds) : 1u);
+}
+
 TEST_P(ForeignStress, TokensSurviveEveryHandOver) {
   stress::Watchdog dog(std::chrono::seconds(180), "foreign stress");
   const int kRounds = 1500 / stress::kScale;

@@ -17,6 +17,7 @@ struct capability_statistics {
   std::uint64_t steal_attempts = 0;    // spark requests sent to other capabilities
   std::uint64_t steals = 0;            // ... answered with a spark
   std::uint64_t threads_stolen = 0;    // taken from a stalled capability's run queue
+  std::uint64_t safe_call_handoffs = 0;  // given to a spare Task while its Task was in a safe call
   std::chrono::nanoseconds busy{0};    // time not idle
   std::chrono::nanoseconds idle{0};    // time idle (spinning or asleep)
 };

@@ -194,6 +194,59 @@ TEST_F(SafeCallSpares, NoNewOsThreadPerCallInSteadyState) {
   });
 }
 
+// Note [Deferred hand-off]: a call that returns at once keeps its
+// capability even while another thread waits on it; one that blocks hands
+// it to a spare Task, found by the ticker.
+class DeferredHandOff : public RuntimeTest {};
+
+std::uint64_t safe_call_handoffs() {
+  std::uint64_t n = 0;
+  for (const auto& c : statistics().capabilities) n += c.safe_call_handoffs;
+  return n;
+}
+
+TEST_F(DeferredHandOff, ShortCallsKeepTheCapability) {
+  run(capstan_test::opts(1), [] {
+    std::atomic<bool> stop{false};
+    std::atomic<long> peer_turns{0};
+    mvar<int> done;
+    fork_io([&] {  // always runnable, on the one capability
+      while (!stop.load()) {
+        peer_turns.fetch_add(1);
+        yield();
+      }
+      done.put(1);
+    });
+    green_wait_until([&] { return peer_turns.load() > 0; });  // it is queued now
+    constexpr int kCalls = 10000;
+    int odd = 0;
+    for (int i = 0; i < kCalls; ++i) odd += safe_call([i] { return i & 1; });
+    std::uint64_t handed = safe_call_handoffs();
+    EXPECT_EQ(odd, kCalls / 2);
+    stop = true;
+    done.take();
+    // Handing over at every call (as before the deferral) gives kCalls; a
+    // call the OS preempts for two of the ticker's polls may be handed over.
+    EXPECT_LT(handed, 100u) << "short safe calls handed their capability to a spare";
+  });
+}
+
+TEST_F(DeferredHandOff, ABlockingCallHandsTheWaitingThreadsToASpare) {
+  run(capstan_test::opts(1), [] {
+    std::atomic<bool> peer_ran{false};
+    mvar<int> done;
+    fork_io([&] {
+      peer_ran = true;
+      done.put(1);
+    });
+    // Blocks until the queued thread has run: only a spare can run it.
+    bool saw = safe_call([&] { return os_wait_until([&] { return peer_ran.load(); }); });
+    EXPECT_TRUE(saw) << "the waiting thread did not run while the call blocked";
+    done.take();
+    EXPECT_GE(safe_call_handoffs(), 1u);
+  });
+}
+
 class SafeCallMisuse : public RuntimeTest {};
 
 TEST_F(SafeCallMisuse, RuntimeCallsInsideTheCallAndFromPlainThreads) {

@@ -1,0 +1,110 @@
+// idle_test.cpp - Note [Spinning only on a free CPU]: with more
+// capabilities than CPUs, an idle capability neither spins nor is woken for
+// sparks while every CPU has a busy capability; threads waiting behind a
+// stalled capability are still rescued.
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "capstan_test.hpp"
+#include "runtime/runtime.hpp"
+
+namespace {
+
+using capstan::rts::Hold;
+using capstan::rts::rt;
+using capstan_test::RuntimeTest;
+
+// OneCpu pins the process to the CPU it is on for its lifetime: the
+// runtime reads its CPU count from the affinity mask when it starts.
+class OneCpu {
+ public:
+  OneCpu() {
+    ok_ = sched_getaffinity(0, sizeof saved_, &saved_) == 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    ok_ = ok_ && sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  ~OneCpu() {
+    if (ok_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t saved_;
+  bool ok_ = false;
+};
+
+// work keeps the CPU busy for about `n` microseconds' worth of arithmetic,
+// making no runtime call.
+long work(long n) {
+  volatile long x = 0;
+  for (long i = 0; i < n * 300; ++i) x = x + i;
+  return x;
+}
+
+class Idle : public RuntimeTest {};
+
+// Every capability but main's asleep, one CPU: main's par() calls must not
+// wake a sleeper (without the rule, the first par() wakes one, which steals
+// and converts sparks, time-slicing with main on the one CPU).
+TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
+  OneCpu pin;
+  ASSERT_TRUE(pin.ok()) << "sched_setaffinity failed";
+  constexpr int kSparks = 4000;
+  const long w = work(20);
+  long sum = 0, want = 0;
+  bool all_slept = false;
+  capstan::run(capstan_test::opts(3), [&] {
+    ASSERT_EQ(rt.n_cpus, 1u);
+    // Let capabilities 1 and 2 reach their sleep (they need the CPU to get
+    // there, so main sleeps rather than yields).
+    all_slept = capstan_test::wait_until(
+        [&] {
+          return rt.caps[1]->hold.load() == Hold::sleeping &&
+                 rt.caps[2]->hold.load() == Hold::sleeping;
+        },
+        [] { capstan::sleep_for(std::chrono::milliseconds(1)); });
+    for (int i = 0; i < kSparks; ++i) {
+      auto s = capstan::par([i] { return work(20) + i; });
+      long mine = work(20);
+      sum += s.get() + mine;
+      want += 2 * w + i;
+    }
+  });
+  ASSERT_TRUE(all_slept);
+  auto sp = capstan::statistics().sparks;
+  EXPECT_EQ(sum, want);
+  EXPECT_EQ(sp.created, unsigned{kSparks});
+  EXPECT_EQ(sp.converted, 0u) << "a capability was woken for sparks with no CPU free";
+  EXPECT_EQ(sp.fizzled, unsigned{kSparks});
+}
+
+// The watch for stalled capabilities is not speculative: threads queued
+// behind a thread that never reaches a safe point are taken by an idle
+// capability even when no CPU is free for it.
+TEST_F(Idle, AStallIsRescuedWithoutAFreeCpu) {
+  OneCpu pin;
+  ASSERT_TRUE(pin.ok()) << "sched_setaffinity failed";
+  constexpr int kShort = 20;
+  std::atomic<int> ran{0};
+  std::atomic<bool> rescued{false};
+  capstan::run(capstan_test::opts(3), [&] {
+    capstan::mvar<int> hog_done;
+    capstan::fork_io([&] {
+      auto end = std::chrono::steady_clock::now() + capstan_test::kWaitGuard;
+      while (ran.load() != kShort && std::chrono::steady_clock::now() < end) {
+      }
+      rescued = ran.load() == kShort;
+      hog_done.put(1);
+    });
+    for (int i = 0; i < kShort; ++i) capstan::fork_io([&] { ran.fetch_add(1); });
+    hog_done.take();
+  });
+  EXPECT_TRUE(rescued.load()) << "the short threads waited for the hog";
+  EXPECT_EQ(ran.load(), kShort);
+}
+
+}  // namespace
