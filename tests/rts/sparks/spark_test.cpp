@@ -1,5 +1,6 @@
 // spark_test.cpp - par/get semantics, GHC's spark accounting, overflow,
-// exceptions, waiting for a spark another capability runs, and shutdown.
+// exceptions, waiting for a spark another capability runs (and being
+// interrupted while waiting), and shutdown.
 #include <atomic>
 #include <memory>
 #include <stdexcept>
