@@ -4,8 +4,9 @@
  * Mirrors Note [Handing over a capability] in rts/task/handover.cpp
  * (give_capability_to_task, wait_for_capability, try_grab_capability,
  * give_capability_to_spare, become_spare, release_capability,
- * notify_capability), Note [Returning from a safe call] and Note [Lazy
- * release] in rts/foreign/safe_call.cpp (safe_call_enter, safe_call_leave,
+ * notify_capability), Note [Returning from a safe call], Note [Lazy
+ * release] and Note [Deferred hand-off] in rts/foreign/safe_call.cpp
+ * (safe_call_enter, safe_call_leave,
  * return_slow), the scheduler loop of rts/schedule/schedule.cpp (Note
  * [Bound threads]: bound_next, pick in rts/schedule/pick.hpp),
  * after_switch's migrant push in rts/schedule/switch.hpp, the ticker's
@@ -25,7 +26,10 @@
  *  - spare Tasks: task 1 is parked as C's spare at the start; more are
  *    started (run) when give_capability_to_spare finds none;
  *  - the ticker: every tick it claims a free capability whose inbox is
- *    non-empty and gives it to a spare;
+ *    non-empty and gives it to a spare; while watching deferred calls
+ *    (Ticker::watch_deferred_calls) it claims a capability released by a
+ *    deferred call that still has work waiting, and it may stop watching
+ *    at any moment (after its quiet polls), re-checking the capabilities;
  *  - shutdown: once W ran and M finished, rt.stop = true and every Task is
  *    unparked.
  *
@@ -57,11 +61,18 @@
  *  1. No lost wake-up: in every interleaving W runs, M finishes, every
  *     Task leaves and nothing is stuck (invalid end states, and the
  *     assertion at timeout).
- *  2. The ticker is needed only for Note [Lazy release]: when it claims C,
- *     either C's latest release was the lazy one or some party that will
- *     claim C itself is still on its way (a sender between its push and
- *     the end of notify_capability, a releaser between its store and its
- *     re-check).  Work stranded after release_capability is a bug.
+ *  2. The ticker is needed only for Note [Lazy release] and Note
+ *     [Deferred hand-off]: when it claims C, either C's latest release was
+ *     the lazy or a deferred one, or some party that will claim C itself is
+ *     still on its way (a sender between its push and the end of
+ *     notify_capability, a releaser between its store and its re-check).
+ *     Work stranded after release_capability is a bug.
+ *  3. A deferred call is never left unwatched: while C is free after a
+ *     deferred release with work waiting, the ticker is watching, unless
+ *     the caller is between its release and its look at `watching`, or the
+ *     ticker between stopping and its re-check (the hand-shake next to
+ *     Ticker::watch_deferred_calls in rts/runtime/ticker.cpp).  The model
+ *     leaves out the once-a-tick backstop that would repair a miss.
  *
  * Broken variants:
  *   -DBROKEN         release_capability without its re-check of the inbox
@@ -73,6 +84,9 @@
  *   -DBROKEN_TICKER  the ticker's sweep of free capabilities is removed:
  *                    the Lazy release window strands W while the call waits for
  *                    W: a deadlock (property 1).
+ *   -DBROKEN_WATCH   the ticker stops watching without re-checking the
+ *                    capabilities: a deferred call released just before is
+ *                    left unwatched (property 3).
  */
 
 #define HELD     0
@@ -99,8 +113,13 @@ bool w_ran, m_done, a_left;
 bool stop;                     /* rt.stop                                   */
 byte inflight;                 /* ghost: parties that will still claim C    */
 bool lazy;                     /* ghost: C's latest release was the lazy one */
+bool deferred;                 /* ghost: ... a deferred one (deferred_calls)  */
+bool watching;                 /* Ticker::watching_ (seq_cst)               */
+bool deferring;                /* ghost: caller between release and watch   */
+bool unwatching;               /* ghost: ticker between stop and re-check   */
 
 #define inbox_nonempty (in_W || in_M)
+#define work_waits (rq_W || rq_M || inbox_nonempty)
 
 /* A relaxed/release store of `hold` by task me: into its buffer. */
 inline store_buffered(me, v) {
@@ -115,7 +134,7 @@ inline try_grab(me, ok) {
   atomic {
     !sb_full[me] ->
     if
-    :: hold == FREE -> hold = HELD; ok = 1
+    :: hold == FREE -> hold = HELD; ok = 1; deferred = 0
     :: else -> ok = 0
     fi
   }
@@ -214,7 +233,16 @@ run_m:
   /* --- safe_call_enter (M runs on A, holding C) --- */
   if
   :: rq_W || rq_M || inbox_nonempty ->   /* has_work (relaxed peek) */
-       give_to_spare(me, t)
+       /* Note [Deferred hand-off]: a seq_cst release, then make sure the
+        * ticker watches (watch_deferred_calls: seq_cst load, store). */
+       atomic { !sb_full[me] -> hold = FREE; lazy = 0; deferred = 1; deferring = 1 };
+       atomic {
+         if
+         :: !watching -> watching = 1
+         :: else -> skip
+         fi;
+         deferring = 0
+       }
   :: else ->
        /* Lazy release: Note [Lazy release]: a release store. */
        atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = FREE; lazy = 1 };
@@ -277,9 +305,9 @@ m_runs:
        give_to_spare(me, t)
   :: else ->
 #ifdef BROKEN_FENCE
-       atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = FREE; lazy = 0; inflight++ };
+       atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = FREE; lazy = 0; deferred = 0; inflight++ };
 #else
-       atomic { !sb_full[me] -> hold = FREE; lazy = 0; inflight++ };
+       atomic { !sb_full[me] -> hold = FREE; lazy = 0; deferred = 0; inflight++ };
 #endif
 #ifndef BROKEN
        if
@@ -369,8 +397,9 @@ active proctype Ticker() {
   :: atomic {
        hold == FREE && inbox_nonempty ->  /* its two seq_cst loads */
        /* Property 2: work waits at a free capability that nobody else
-        * will claim only in the lazy release's window. */
-       assert(lazy || inflight > 0)
+        * will claim only in the lazy release's window, or behind a
+        * deferred call. */
+       assert(lazy || deferred || inflight > 0)
      };
      try_grab(NOBUF, ok);
      if
@@ -378,7 +407,32 @@ active proctype Ticker() {
      :: else -> skip
      fi
 #endif
+  :: atomic { watching && hold == FREE && deferred && work_waits };  /* a poll */
+     try_grab(NOBUF, ok);
+     if
+     :: ok -> give_to_spare(NOBUF, t)
+     :: else -> skip
+     fi
+  :: atomic { watching -> watching = 0; unwatching = 1 };   /* quiet polls */
+#ifndef BROKEN_WATCH
+     atomic {
+       if
+       :: hold == FREE && work_waits -> watching = 1   /* free_with_work */
+       :: else -> skip
+       fi
+     };
+#endif
+     unwatching = 0
   od
+}
+
+/* Property 3, checked at every step. */
+active proctype WatchMonitor() {
+end:
+  atomic {
+    hold == FREE && deferred && work_waits && !watching && !deferring && !unwatching ->
+    assert(false)
+  }
 }
 
 /* shutdown_protocol: once every thread finished (and no safe call is in

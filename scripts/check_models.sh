@@ -21,7 +21,7 @@ done
 # name | extra pan compile flags | pan run flags | broken variants
 models=(
   "capability_sleep|-DSAFETY||BROKEN BROKEN_FENCE"
-  "capability_handover|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_TICKER"
+  "capability_handover|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_TICKER BROKEN_WATCH"
   "mvar_block|-DSAFETY||BROKEN BROKEN_RECHECK BROKEN_WAKE BROKEN_TOKEN"
   "spark_steal|-DSAFETY||BROKEN BROKEN_COMPLETE BROKEN_WITHDRAW BROKEN_LEAVE"
   "io_wakeup|-DSAFETY||BROKEN BROKEN_ORDER BROKEN_GATE"

@@ -1,10 +1,13 @@
-// condition_variable_test.cpp - capstan::condition_variable: no lost
-// notify, no spurious wake-ups, FIFO single wake-ups, timed waits and a
-// notify racing a time-out, waits ended by kill_thread, OS-thread callers.
+// condition_variable_test.cpp - capstan::condition_variable and
+// condition_variable_any: no lost notify, no spurious wake-ups, FIFO single
+// wake-ups, timed waits and a notify racing a time-out, waits ended by
+// kill_thread, OS-thread callers; condition_variable_any with capstan::mutex
+// itself and with exclusive and shared locks of a shared_mutex.
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 
@@ -69,14 +72,16 @@ TEST_P(CondVar, EveryWakeUpIsANotify) {
     capstan::wait_group wg(kWaiters);
     for (int i = 0; i < kWaiters; ++i) {
       capstan::fork_io([&] {
-        std::unique_lock<capstan::mutex> lk(m);
-        while (!stop) {
-          ++waiting;
-          cv.wait(lk);
-          if (tickets == 0) ++spurious; else --tickets;
-          ++woken;
+        {
+          std::unique_lock<capstan::mutex> lk(m);
+          while (!stop) {
+            ++waiting;
+            cv.wait(lk);
+            if (tickets == 0) ++spurious; else --tickets;
+            ++woken;
+          }
         }
-        wg.done();
+        wg.done();  // after the unlock: once all are done, m goes out of scope
       });
     }
     for (int sent = 0; sent < kNotifies;) {
@@ -146,43 +151,50 @@ TEST_P(CondVar, TimedWaitsTimeOutHoldingTheMutex) {
 
 // A notify_one racing with W's time-out wakes exactly one thread: W (which
 // returns no_timeout) or, if the timer took W off the queue first, the
-// waiter V queued behind it - never both, never neither.
-TEST_P(CondVar, ANotifyRacingATimeOutWakesExactlyOnce) {
-  const int kRounds = 300 / kScale;
+// waiter V queued behind it - never both, never neither.  CV is
+// condition_variable or condition_variable_any; lock(m) makes the lock
+// each thread waits with.
+template <class CV, class M, class MakeLock>
+void notify_racing_a_time_out(int rounds, MakeLock lock) {
   int w_notified = 0, v_notified = 0;
-  run([&] {
-    capstan::mutex m;
-    capstan::condition_variable cv;
-    std::minstd_rand rng(7);
-    for (int round = 0; round < kRounds; ++round) {
-      std::atomic<bool> v_woke{false};
-      capstan::mvar<std::cv_status> w_result;
-      capstan::thread_id w = capstan::fork_io([&] {
-        std::unique_lock<capstan::mutex> lk(m);
-        w_result.put(cv.wait_for(lk, std::chrono::microseconds(200)));
-      });
-      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(w) != capstan::thread_state::running; }));
-      capstan::thread_id v = capstan::fork_io([&] {
-        std::unique_lock<capstan::mutex> lk(m);
-        cv.wait(lk);
-        v_woke = true;
-      });
-      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(v) == capstan::thread_state::blocked; }));
-      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 400);
-      while (std::chrono::steady_clock::now() < until) capstan::yield();
+  M m;
+  CV cv;
+  std::minstd_rand rng(7);
+  for (int round = 0; round < rounds; ++round) {
+    std::atomic<bool> v_woke{false};
+    capstan::mvar<std::cv_status> w_result;
+    capstan::thread_id w = capstan::fork_io([&] {
+      auto lk = lock(m);
+      w_result.put(cv.wait_for(lk, std::chrono::microseconds(200)));
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(w) != capstan::thread_state::running; }));
+    capstan::thread_id v = capstan::fork_io([&] {
+      auto lk = lock(m);
+      cv.wait(lk);
+      v_woke = true;
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(v) == capstan::thread_state::blocked; }));
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 400);
+    while (std::chrono::steady_clock::now() < until) capstan::yield();
+    cv.notify_one();
+    std::cv_status s = w_result.take();
+    if (s == std::cv_status::no_timeout) {
+      ++w_notified;
+      EXPECT_EQ(capstan::state_of(v), capstan::thread_state::blocked) << "one notify woke two";
       cv.notify_one();
-      std::cv_status s = w_result.take();
-      if (s == std::cv_status::no_timeout) {
-        ++w_notified;
-        EXPECT_EQ(capstan::state_of(v), capstan::thread_state::blocked) << "one notify woke two";
-        cv.notify_one();
-      } else {
-        ++v_notified;
-      }
-      ASSERT_TRUE(green_wait_until([&] { return v_woke.load(); })) << "the notify woke nobody";
+    } else {
+      ++v_notified;
     }
+    ASSERT_TRUE(green_wait_until([&] { return v_woke.load(); })) << "the notify woke nobody";
+  }
+  EXPECT_EQ(w_notified + v_notified, rounds);
+}
+
+TEST_P(CondVar, ANotifyRacingATimeOutWakesExactlyOnce) {
+  run([&] {
+    notify_racing_a_time_out<capstan::condition_variable, capstan::mutex>(
+        300 / kScale, [](capstan::mutex& m) { return std::unique_lock<capstan::mutex>(m); });
   });
-  EXPECT_EQ(w_notified + v_notified, kRounds);
 }
 
 // kill_thread ends a wait; the waiter holds the mutex again while the
@@ -248,6 +260,137 @@ TEST_P(CondVar, WaitWithoutTheLockIsAClearError) {
     capstan::condition_variable cv;
     std::unique_lock<capstan::mutex> lk(m, std::defer_lock);
     EXPECT_THROW(cv.wait(lk), capstan::usage_error);
+  });
+}
+
+// ---- condition_variable_any ----
+
+// The ping-pong of NoNotifyIsLostBetweenThePredicateCheckAndThePark, with
+// condition_variable_any over three kinds of lock: capstan::mutex itself,
+// a shared_mutex locked exclusively, and one locked shared to wait (the
+// turn then passes under the exclusive lock).  A lost notify leaves both sides
+// waiting, and deadlock detection ends the run with blocked_indefinitely.
+TEST_P(CondVar, AnyLosesNoNotifyWithAnyLock) {
+  const int kRounds = 5000 / kScale;
+  int turns = 0;
+  run([&] {
+    for (int kind = 0; kind < 3; ++kind) {
+      capstan::mutex m;
+      capstan::shared_mutex sm;
+      capstan::condition_variable_any cv;
+      std::atomic<int> turn{0};
+      capstan::wait_group wg(2);
+      for (int me = 0; me < 2; ++me) {
+        capstan::fork_io([&, me, kind] {
+          std::minstd_rand rng(static_cast<unsigned>(me + 1 + kind));
+          auto is_mine = [&] { return turn.load() == me; };
+          for (int r = 0; r < kRounds; ++r) {
+            switch (kind) {
+              case 0: {
+                m.lock();
+                cv.wait(m, is_mine);
+                turn = 1 - me;
+                ++turns;  // under m
+                m.unlock();
+                break;
+              }
+              case 1: {
+                std::unique_lock<capstan::shared_mutex> lk(sm);
+                cv.wait(lk, is_mine);
+                turn = 1 - me;
+                ++turns;  // under sm, exclusively
+                break;
+              }
+              default: {
+                {
+                  std::shared_lock<capstan::shared_mutex> lk(sm);
+                  cv.wait(lk, is_mine);
+                }
+                std::unique_lock<capstan::shared_mutex> lk(sm);  // a change under a shared lock races
+                turn = 1 - me;
+                ++turns;
+                break;
+              }
+            }
+            if (rng() % 3 == 0) capstan::yield();
+            cv.notify_one();
+          }
+          wg.done();
+        });
+      }
+      wg.wait();
+    }
+  });
+  EXPECT_EQ(turns, 3 * 2 * kRounds);
+}
+
+// Timed waits with capstan::mutex as the lock: they time out and return
+// holding it.
+TEST_P(CondVar, AnyTimedWaitsTimeOutHoldingTheLock) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable_any cv;
+    m.lock();
+    EXPECT_EQ(cv.wait_for(m, std::chrono::milliseconds(2)), std::cv_status::timeout);
+    EXPECT_FALSE(m.try_lock());
+    EXPECT_EQ(cv.wait_until(m, std::chrono::steady_clock::now() - std::chrono::seconds(1)),
+              std::cv_status::timeout);
+    EXPECT_FALSE(cv.wait_for(m, std::chrono::milliseconds(1), [] { return false; }));
+    EXPECT_TRUE(cv.wait_until(m, std::chrono::steady_clock::now() + std::chrono::hours(1), [] { return true; }));
+    EXPECT_FALSE(m.try_lock());
+    m.unlock();
+    capstan::shared_mutex sm;
+    std::shared_lock<capstan::shared_mutex> r(sm);
+    EXPECT_EQ(cv.wait_for(r, std::chrono::milliseconds(1)), std::cv_status::timeout);
+    EXPECT_TRUE(r.owns_lock());
+    EXPECT_FALSE(sm.try_lock());  // still held shared
+  });
+}
+
+TEST_P(CondVar, AnyNotifyRacingATimeOutWakesExactlyOnce) {
+  run([&] {
+    notify_racing_a_time_out<capstan::condition_variable_any, capstan::mutex>(
+        150 / kScale, [](capstan::mutex& m) { return std::unique_lock<capstan::mutex>(m); });
+    notify_racing_a_time_out<capstan::condition_variable_any, capstan::shared_mutex>(
+        150 / kScale, [](capstan::shared_mutex& m) { return std::shared_lock<capstan::shared_mutex>(m); });
+  });
+}
+
+// kill_thread ends a condition_variable_any wait; the waiter holds its
+// lock (here a shared_mutex, exclusively) again while the exception
+// unwinds, and the next notify goes to the next waiter.
+TEST_P(CondVar, AnyKilledWaiterUnwindsHoldingTheLock) {
+  run([&] {
+    capstan::shared_mutex sm;
+    capstan::condition_variable_any cv;
+    std::atomic<bool> owned_in_catch{false}, other_woke{false};
+    capstan::thread_id a = capstan::fork_io([&] {
+      std::unique_lock<capstan::shared_mutex> lk(sm);
+      try {
+        cv.wait(lk);
+      } catch (const capstan::thread_killed&) {
+        owned_in_catch = lk.owns_lock() && !sm.try_lock_shared();
+        throw;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(a) == capstan::thread_state::blocked; }));
+    capstan::thread_id b = capstan::fork_io([&] {
+      std::unique_lock<capstan::shared_mutex> lk(sm);
+      cv.wait(lk);
+      other_woke = true;
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(b) == capstan::thread_state::blocked; }));
+    {
+      std::lock_guard<capstan::shared_mutex> g(sm);  // a's re-lock must wait for us
+      capstan::kill_thread(a);
+    }
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(a) != capstan::thread_state::blocked &&
+                                              capstan::state_of(a) != capstan::thread_state::running; }));
+    EXPECT_TRUE(owned_in_catch.load());
+    cv.notify_one();
+    ASSERT_TRUE(green_wait_until([&] { return other_woke.load(); }));
+    EXPECT_TRUE(sm.try_lock());
+    sm.unlock();
   });
 }
 

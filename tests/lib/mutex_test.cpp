@@ -51,12 +51,13 @@ TEST_P(Mutex, MutualExclusionAcrossCapabilities) {
   EXPECT_EQ(counter, static_cast<long>(kThreads) * kIters);
 }
 
-// Bounded barging: once B waits, A's first unlock wakes B to compete and
-// A's immediate re-lock may overtake it once; B then waits first in line
-// and A's next unlock hands it the mutex, so A's second re-lock queues
+// Bounded barging: once B waits, A's unlock wakes B to compete, and A's
+// immediate re-locks may overtake it, but at most mutex::max_overtakes
+// times: then the mutex is reserved for B, so A's next re-lock queues
 // behind B.  An unboundedly barging mutex lets A take it back every time
-// (B is runnable but has not run), and `b_ran` stays unset.
+// (at -N1 B is runnable but has not run), and `b_ran` stays unset.
 TEST_P(Mutex, ARelockingLoopCannotStarveAWaiter) {
+  constexpr int kBound = static_cast<int>(capstan::mutex::max_overtakes);
   run([&] {
     capstan::mutex m;
     for (int round = 0; round < 50; ++round) {
@@ -68,16 +69,57 @@ TEST_P(Mutex, ARelockingLoopCannotStarveAWaiter) {
         m.unlock();
       });
       ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(b) == capstan::thread_state::blocked; }));
-      for (int k = 0; k < 5; ++k) {
+      for (int k = 0; k < kBound + 5; ++k) {
         m.unlock();
         m.lock();
-        if (k >= 1) {
-          ASSERT_TRUE(b_ran.load()) << "the re-locking thread overtook a waiter twice (round " << round << ")";
+        if (k >= kBound) {
+          ASSERT_TRUE(b_ran.load()) << "the re-locking thread overtook a waiter more than "
+                                    << kBound << " times (round " << round << ")";
         }
       }
       m.unlock();
     }
   });
+}
+
+// The bound holds per waiter while the overtaking thread also yields
+// holding the mutex (so the woken waiter runs, finds it held and queues
+// again, first in line).  Three waiters queue behind A, which then
+// unlocks and re-locks in a loop: each waiter may be overtaken
+// max_overtakes times while first in line, so waiter i is served before A
+// has re-locked (i + 1) * max_overtakes times.  With unbounded barging (at
+// -N1) no waiter gets the mutex before A's loop ends.
+TEST_P(Mutex, OvertakesAreBoundedAcrossRequeues) {
+  constexpr int kWaiters = 3;
+  constexpr long kBound = capstan::mutex::max_overtakes;
+  std::vector<long> got_at(kWaiters, -1);  // A's lock count when waiter i got it; under m
+  run([&] {
+    capstan::mutex m;
+    long a_locks = 0;  // under m
+    capstan::wait_group wg(kWaiters);
+    m.lock();
+    for (int i = 0; i < kWaiters; ++i) {
+      capstan::thread_id t = capstan::fork_io([&, i] {
+        m.lock();
+        got_at[static_cast<std::size_t>(i)] = a_locks;
+        m.unlock();
+        wg.done();
+      });
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(t) == capstan::thread_state::blocked; }));
+    }
+    for (long k = 0; k < (kBound + 2) * (kWaiters + 1); ++k) {
+      m.unlock();
+      m.lock();
+      ++a_locks;
+      if (k % 5 == 0) capstan::yield();  // holding it: a woken waiter finds it held
+    }
+    m.unlock();
+    wg.wait();
+  });
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_GE(got_at[static_cast<std::size_t>(i)], 0) << "waiter " << i;
+    EXPECT_LE(got_at[static_cast<std::size_t>(i)], (i + 1) * kBound) << "waiter " << i;
+  }
 }
 
 // Waiters are served in the order they queued.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <random>
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
@@ -358,6 +359,156 @@ TEST_P(Sync, SharedMutexExcludesWritersAndDoesNotStarveThem) {
   EXPECT_EQ(value, 8 * (300 / kScale) / 4);
 }
 
+// The timed locks of shared_timed_mutex give up while a writer holds it
+// (not before the time limit), through the std wrappers too, and succeed
+// once it is free.
+TEST_P(Sync, SharedTimedLocksTimeOutAndLeaveTheMutexUsable) {
+  run([&] {
+    capstan::shared_timed_mutex sm;
+    sm.lock();
+    capstan::mvar<int> done;
+    capstan::fork_io([&] {
+      auto t0 = std::chrono::steady_clock::now();
+      EXPECT_FALSE(sm.try_lock_for(std::chrono::milliseconds(2)));
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2));
+      t0 = std::chrono::steady_clock::now();
+      EXPECT_FALSE(sm.try_lock_shared_for(std::chrono::milliseconds(2)));
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2));
+      auto past = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+      EXPECT_FALSE(sm.try_lock_until(past));
+      EXPECT_FALSE(sm.try_lock_shared_until(past));
+      std::shared_lock<capstan::shared_timed_mutex> r(sm, std::chrono::milliseconds(1));
+      EXPECT_FALSE(r.owns_lock());
+      std::unique_lock<capstan::shared_timed_mutex> w(sm, std::chrono::milliseconds(1));
+      EXPECT_FALSE(w.owns_lock());
+      done.put(1);
+    });
+    done.take();
+    sm.unlock();
+    EXPECT_TRUE(sm.try_lock_shared_for(std::chrono::milliseconds(1)));
+    EXPECT_TRUE(sm.try_lock_shared_until(std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+    EXPECT_FALSE(sm.try_lock_for(std::chrono::milliseconds(1)));  // readers hold it
+    sm.unlock_shared();
+    sm.unlock_shared();
+    {
+      std::unique_lock<capstan::shared_timed_mutex> w(sm, std::chrono::milliseconds(1));
+      EXPECT_TRUE(w.owns_lock());
+    }
+    std::shared_lock<capstan::shared_timed_mutex> r(sm, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    EXPECT_TRUE(r.owns_lock());
+  });
+}
+
+// A writer that leaves the queue - timed out, or killed in lock or in a
+// timed lock (both are interruptible) - while readers hold the lock must
+// let the readers queued behind it in at once: they waited only because
+// of it (Note [Leaving the shared_mutex queue]).
+// Without that they would wait for the holder's unlock, which here comes
+// only after they got in.
+TEST_P(Sync, AWriterLeavingTheQueueLetsTheReadersBehindItIn) {
+  run([&] {
+    capstan::shared_timed_mutex sm;
+    for (int how = 0; how < 3; ++how) {  // time-out, kill in lock, kill in try_lock_for
+      sm.lock_shared();
+      std::atomic<bool> writer_got{false}, writer_killed{false};
+      capstan::thread_id w = capstan::fork_io([&, how] {
+        try {
+          if (how != 1) {
+            writer_got = sm.try_lock_for(how == 0 ? std::chrono::milliseconds(5) : std::chrono::hours(1));
+          } else {
+            sm.lock();
+            writer_got = true;
+          }
+        } catch (const capstan::thread_killed&) {
+          writer_killed = true;
+        }
+        if (writer_got) sm.unlock();
+      });
+      ASSERT_TRUE(green_wait_until([&] { return blocked(w); }));
+      std::atomic<int> readers_in{0};
+      capstan::wait_group wg(3);
+      std::vector<capstan::thread_id> readers;
+      for (int i = 0; i < 3; ++i)
+        readers.push_back(capstan::fork_io([&, i] {
+          if (i == 0) {
+            sm.lock_shared();
+          } else {
+            while (!sm.try_lock_shared_for(std::chrono::seconds(60))) {
+            }
+          }
+          readers_in.fetch_add(1);
+          sm.unlock_shared();
+          wg.done();
+        }));
+      if (how != 0) {  // (the timed-out writer may leave before they all queue)
+        for (capstan::thread_id r : readers) ASSERT_TRUE(green_wait_until([&] { return blocked(r); }));
+        capstan::kill_thread(w);
+      }
+      ASSERT_TRUE(green_wait_until([&] { return readers_in.load() == 3; }))
+          << (how == 0 ? "timed-out" : "killed") << " writer kept the readers behind it waiting";
+      wg.wait();
+      EXPECT_FALSE(writer_got.load());
+      EXPECT_EQ(writer_killed.load(), how != 0);
+      sm.unlock_shared();
+      EXPECT_TRUE(sm.try_lock()) << "the lock was lost";
+      sm.unlock();
+    }
+  });
+}
+
+// A release racing with a timed lock's time-out, for both kinds: exactly
+// one outcome.  A waiter granted the lock that also reported a time-out
+// would never release it, and the final lock would hang; one that got it
+// but was also taken off by the timer would leave readers_ or writer_ wrong.
+TEST_P(Sync, ASharedMutexReleaseRacingATimeOutGrantsOnce) {
+  int got = 0, timed_out = 0;
+  const int kRounds = 200 / kScale;
+  run([&] {
+    capstan::shared_timed_mutex sm;
+    std::mt19937 rng(7);
+    for (int round = 0; round < kRounds; ++round) {
+      sm.lock();
+      capstan::mvar<bool> result;
+      bool shared = round % 2 != 0;
+      capstan::fork_io([&, shared] {
+        bool ok = shared ? sm.try_lock_shared_for(std::chrono::microseconds(300))
+                         : sm.try_lock_for(std::chrono::microseconds(300));
+        if (ok) {
+          if (shared) sm.unlock_shared(); else sm.unlock();
+        }
+        result.put(ok);
+      });
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 600);
+      while (std::chrono::steady_clock::now() < until) capstan::yield();
+      sm.unlock();
+      (result.take() ? got : timed_out)++;
+      std::unique_lock<capstan::shared_timed_mutex> g(sm);  // never lost
+    }
+  });
+  EXPECT_EQ(got + timed_out, kRounds);
+}
+
+// Timed writers keep the writer preference: a reader that comes after a
+// queued timed writer waits behind it, and gets in when it times out.
+TEST_P(Sync, ATimedWriterIsNotOvertakenByLaterReaders) {
+  run([&] {
+    capstan::shared_timed_mutex sm;
+    sm.lock_shared();
+    std::atomic<bool> wrote{false};
+    capstan::thread_id w = capstan::fork_io([&] {
+      if (sm.try_lock_for(std::chrono::seconds(60))) {
+        wrote = true;
+        sm.unlock();
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return blocked(w); }));
+    EXPECT_FALSE(sm.try_lock_shared()) << "a new reader overtook a queued timed writer";
+    EXPECT_FALSE(sm.try_lock_shared_for(std::chrono::milliseconds(1)));
+    sm.unlock_shared();
+    ASSERT_TRUE(green_wait_until([&] { return wrote.load(); }));
+  });
+}
+
 TEST(SyncOutsideRun, BlockingCallsFromAPlainOsThreadAreClearErrors) {
   capstan::counting_semaphore<> sem(1);
   EXPECT_THROW(sem.acquire(), capstan::usage_error);  // even when it would not block
@@ -381,6 +532,8 @@ TEST(SyncOutsideRun, BlockingCallsFromAPlainOsThreadAreClearErrors) {
   EXPECT_THROW(f.get(), capstan::usage_error);
   capstan::shared_mutex sm;
   EXPECT_THROW(sm.lock_shared(), capstan::usage_error);
+  EXPECT_THROW(sm.try_lock_shared_for(std::chrono::milliseconds(1)), capstan::usage_error);
+  EXPECT_THROW(sm.try_lock_until(std::chrono::steady_clock::now()), capstan::usage_error);
   EXPECT_TRUE(sm.try_lock_shared());
   sm.unlock_shared();
 }

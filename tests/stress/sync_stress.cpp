@@ -2,8 +2,9 @@
 // -N1/-N2/-N4: a mutex + condition_variable bounded queue with timed waits
 // and killed bystanders (every item delivered exactly once, the mutex never
 // lost), a million condition-variable waits that must each match a notify
-// (no spurious wake-ups), timed waits nobody notifies (all time out), and
-// semaphore/barrier/wait_group rounds.
+// (no spurious wake-ups; condition_variable and condition_variable_any),
+// timed waits nobody notifies (all time out), and semaphore/barrier/
+// wait_group rounds.
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -129,35 +130,41 @@ TEST_P(SyncStress, BoundedQueueWithTimedWaitsAndKills) {
 
 // A million condition-variable waits (over all threads) without a
 // predicate; each wake-up must consume a ticket handed out with exactly one
-// notify_one to a waiter known to be queued (counted under the mutex).
-TEST_P(SyncStress, AMillionWaitsAndNoSpuriousWakeUp) {
+// notify_one to a waiter known to be queued (counted under the mutex).  A
+// lost notify leaves a waiter parked for good: with all eight lost the
+// notifiers find nobody waiting and spin (watchdog).  CV waits with a
+// std::unique_lock<M>.
+template <class CV, class M>
+void million_waits(unsigned caps) {
   stress::Watchdog dog(std::chrono::seconds(120), "sync spurious wake-ups");
   constexpr int kWaiters = 8;
   const long kWaits = 1000000 / stress::kScale;
   long spurious = 0, woken = 0, last_waiting = 0;
-  capstan::run(opts(GetParam()), [&] {
-    capstan::mutex m;
-    capstan::condition_variable cv;
+  capstan::run(opts(caps), [&] {
+    M m;
+    CV cv;
     int waiting = 0;  // guarded by m: queued, not yet given a ticket
     long tickets = 0, sent = 0;
     bool stop = false;
     capstan::wait_group wg(kWaiters);
     for (int i = 0; i < kWaiters; ++i)
       capstan::fork_io([&] {
-        std::unique_lock<capstan::mutex> lk(m);
-        while (!stop) {
-          ++waiting;
-          cv.wait(lk);
-          if (tickets == 0) ++spurious; else --tickets;
-          ++woken;
+        {
+          std::unique_lock<M> lk(m);
+          while (!stop) {
+            ++waiting;
+            cv.wait(lk);
+            if (tickets == 0) ++spurious; else --tickets;
+            ++woken;
+          }
         }
-        wg.done();
+        wg.done();  // after the unlock: once all are done, m goes out of scope
       });
     auto notifier = [&](unsigned seed) {
       std::mt19937_64 rng(stress::seed() + seed);
       for (;;) {
         {
-          std::unique_lock<capstan::mutex> lk(m);
+          std::unique_lock<M> lk(m);
           if (sent >= kWaits) return;
           if (waiting > 0) {
             --waiting;
@@ -181,7 +188,7 @@ TEST_P(SyncStress, AMillionWaitsAndNoSpuriousWakeUp) {
     for (unsigned s = 0; s < 2; ++s) capstan::fork_io([&, s] { notifier(s); notifiers.done(); });
     notifiers.wait();
     {
-      std::lock_guard<capstan::mutex> g(m);
+      std::lock_guard<M> g(m);
       stop = true;
       tickets += waiting;
       last_waiting = waiting;
@@ -193,6 +200,15 @@ TEST_P(SyncStress, AMillionWaitsAndNoSpuriousWakeUp) {
   });
   EXPECT_EQ(spurious, 0);
   EXPECT_EQ(woken, kWaits + last_waiting);
+}
+
+TEST_P(SyncStress, AMillionWaitsAndNoSpuriousWakeUp) {
+  million_waits<capstan::condition_variable, capstan::mutex>(GetParam());
+}
+
+// The same with condition_variable_any over a shared_mutex's exclusive lock.
+TEST_P(SyncStress, AMillionAnyWaitsAndNoSpuriousWakeUp) {
+  million_waits<capstan::condition_variable_any, capstan::shared_mutex>(GetParam());
 }
 
 // Timed waits that nobody notifies all end in a time-out.

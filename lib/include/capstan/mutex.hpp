@@ -26,10 +26,15 @@ class condition_variable;
 // mutex is std::mutex for green threads: lock parks the calling green
 // thread (never its OS thread) while another thread holds the mutex.
 // Waiters get the mutex in FIFO order; a thread that re-locks in a loop
-// overtakes a waiter at most once (See Note [Mutex hand-off]).  Any green thread may lock; unlock must be
+// may overtake the oldest waiter, at most max_overtakes times (See Note
+// [Mutex hand-off]).  Any green thread may lock; unlock must be
 // called by the holder (as std), which may have migrated since locking.
 class mutex {
  public:
+  // max_overtakes: how often lockers may take the mutex ahead of the
+  // oldest waiter before it is reserved for that waiter.
+  static constexpr std::uint32_t max_overtakes = 64;
+
   mutex() = default;
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
@@ -82,35 +87,46 @@ class mutex {
   // lock: a non-empty queue or a woken competitor implies kContended,
   // kWoken or kOwed, so the fast paths (kFree -> kHeld, kHeld -> kFree)
   // never run while anyone waits: an unlock then always reaches
-  // unlock_slow.  Only kFree/kHeld/kWoken change outside core_'s lock.
+  // unlock_slow.  Only kFree/kHeld change outside core_'s lock.
   // A locker that finds the mutex held takes core_'s lock, moves it to
   // kContended (or takes it, if it went free meanwhile), enqueues itself
   // and parks; park releases core_'s lock only once the thread is off the
   // CPU, and unlock_slow needs that lock, so it finds every waiter.
-  // unlock_slow, with waiters, does one of:
-  //  * the oldest waiter, woken for the first time, competes: the mutex
-  //    becomes kWoken (competitor_ set) and the waiter retries.  One thread
-  //    that locks meanwhile (lock or try_lock) may take it - a bounded
-  //    barge, which keeps std::lock over several mutexes live (its try_lock
-  //    must sometimes succeed while others queue: with pure hand-off the
-  //    queues never empty and scoped_lock(a, b) against scoped_lock(b, a)
-  //    livelocks).  That barger's unlock makes it kOwed: nobody but the
-  //    competitor can take it, so it barges at most once per wake-up.
-  //  * a waiter that already lost once (it re-queued at the *front*), and
-  //    every timed waiter, is handed the mutex: it never becomes free.
-  // So a thread re-locking in a loop overtakes a waiter at most once, and
-  // waiters are served in FIFO order.  A served waiter returns from park
-  // and retries with no safe point in between, so a competitor always comes
-  // back.  A waiter ended otherwise (time-out, throw_to, shutdown) is taken
-  // off the queue by that party under core_'s lock (Note [Timed takes],
-  // Note [Raising asynchronously]); exactly one of it and unlock dequeues
-  // it, so either it was served or it never was.  A kContended mutex with
-  // an empty queue is made kFree by its next unlock_slow.
+  //
+  // The policy is Go's sync.Mutex, bounded by a count instead of a clock:
+  // unlock_slow, with waiters, wakes the oldest waiter to compete (the
+  // mutex becomes kWoken, competitor_ set).  Until it comes back, any
+  // thread that locks (lock or try_lock; typically the thread that just
+  // unlocked) may take the mutex first - it barges - and that barger's
+  // unlock makes it kWoken again, so a running thread keeps the mutex for a
+  // whole turn instead of paying a wake, a park and a switch per critical
+  // section.  A competitor that finds the mutex held re-queues at the
+  // *front* and is woken to compete again by the next unlock.  Barges are
+  // counted in overtakes_, the number of times the front waiter has been
+  // overtaken; it is reset whenever a waiter gets the mutex.  Once it
+  // reaches max_overtakes, the next unlock reserves the mutex for the front
+  // waiter: kOwed if that waiter is already on its way, else it is handed
+  // the mutex directly (lw.handed; the mutex never becomes free).  Timed
+  // waiters are always handed the mutex (they could not otherwise be
+  // dequeued on time-out without losing a wake-up).  So a waiter at the
+  // front of the queue is overtaken at most max_overtakes times, and
+  // waiters are served in FIFO order.  Barging at all (not pure hand-off)
+  // also keeps std::lock over several mutexes live: its try_lock must
+  // sometimes succeed while others queue, or scoped_lock(a, b) against
+  // scoped_lock(b, a) livelocks.
+  //
+  // A served waiter returns from park and retries with no safe point in
+  // between, so a competitor always comes back.  A waiter ended otherwise
+  // (time-out, throw_to, shutdown) is taken off the queue by that party
+  // under core_'s lock (Note [Timed takes], Note [Raising asynchronously]);
+  // exactly one of it and unlock dequeues it, so either it was served or it
+  // never was.  A kContended mutex with an empty queue is made kFree by its
+  // next unlock_slow.
   static constexpr std::uint32_t kFree = 0, kHeld = 1, kContended = 2, kWoken = 3, kOwed = 4;
 
   // lock_wait: a locker's record, in its frame, reached from its waiter.
   struct lock_wait {
-    bool lost = false;    // woken once to compete: hand it over next time
+    bool lost = false;    // woken to compete before: re-queue at the front
     bool handed = false;  // [core_'s lock, then the wake] unlock made us owner
   };
 
@@ -119,19 +135,24 @@ class mutex {
   // waiter woken to compete, back for the mutex.
   bool acquire_locked(bool competitor) noexcept {
     if (competitor) competitor_ = false;
-    // Relaxed loads: kOwed is written under core_'s lock, which we hold;
-    // the other states are taken by the acquire CAS below.
+    // Relaxed loads: kOwed and kWoken are written under core_'s lock, which
+    // we hold; kFree is taken by the acquire CAS below.
     for (std::uint32_t s = state_.load(std::memory_order_relaxed);;) {
       if (s == kOwed) {
         if (!competitor) return false;
+        overtakes_ = 0;
         state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
         return true;
       }
       if (s == kFree || s == kWoken) {
         // From kWoken to kContended: others may still be queued.
         if (state_.compare_exchange_weak(s, s == kFree ? kHeld : kContended,
-                                         std::memory_order_acquire, std::memory_order_relaxed))
+                                         std::memory_order_acquire, std::memory_order_relaxed)) {
+          if (s == kWoken) {
+            if (competitor) overtakes_ = 0; else ++overtakes_;  // a barge
+          }
           return true;
+        }
       } else if (s == kHeld) {
         // Relaxed: core_'s lock orders this against unlock_slow.
         if (state_.compare_exchange_weak(s, kContended, std::memory_order_relaxed,
@@ -163,26 +184,30 @@ class mutex {
       if (ns < 0) core_.park(w);
       else if (!core_.park_timed(w, ns)) return false;  // (timed waiters are always handed)
       if (lw.handed) return true;
-      lw.lost = true;  // woken to compete: retry, first in line
+      lw.lost = true;  // woken to compete: retry; if overtaken, first in line
     }
   }
 
-  // try_lock_slow: the mutex was kWoken - free, a woken waiter on its way.
+  // try_lock_slow: the mutex was kWoken - free, a woken waiter on its way;
+  // barge, counted (Note [Mutex hand-off]).
   bool try_lock_slow() noexcept {
-    std::uint32_t s = kWoken;
-    return state_.compare_exchange_strong(s, kContended, std::memory_order_acquire,
-                                          std::memory_order_relaxed);
+    core_.lock();
+    bool got = state_.load(std::memory_order_relaxed) == kWoken && acquire_locked(false);
+    core_.unlock();
+    return got;
   }
 
   void unlock_slow() noexcept {
     core_.lock();
     rts::Thread* next = nullptr;
     if (competitor_) {
-      state_.store(kOwed, std::memory_order_release);  // a barger's unlock
+      // A barger's unlock: the competitor is still on its way.
+      state_.store(overtakes_ < max_overtakes ? kWoken : kOwed, std::memory_order_release);
     } else if (detail::waiter* w = core_.front()) {
       auto* lw = static_cast<lock_wait*>(w->slot);
-      if (lw->lost || w->timed) {
+      if (overtakes_ >= max_overtakes || w->timed) {
         lw->handed = true;     // w owns the mutex now
+        overtakes_ = 0;
         next = core_.serve(*w);
         if (!core_.has_waiters()) state_.store(kHeld, std::memory_order_relaxed);
       } else {
@@ -191,6 +216,7 @@ class mutex {
         state_.store(kWoken, std::memory_order_release);
       }
     } else {
+      overtakes_ = 0;
       state_.store(kFree, std::memory_order_release);
     }
     core_.unlock();
@@ -202,6 +228,7 @@ class mutex {
   std::atomic<std::uint32_t> state_{kFree};  // [atomic] Note [Mutex hand-off]
   detail::mvar_core core_;                   // the queue of lockers
   bool competitor_ = false;  // guarded by core_'s lock: a woken waiter is on its way
+  std::uint32_t overtakes_ = 0;  // guarded by core_'s lock: barges past the front waiter
 };
 
 // timed_mutex is mutex with time limits (std::timed_mutex).

@@ -1,5 +1,6 @@
-// shared_mutex.hpp - std::shared_mutex for green threads: one writer or
-// many readers (std::shared_lock and std::unique_lock work with it).
+// shared_mutex.hpp - std::shared_mutex and std::shared_timed_mutex for
+// green threads: one writer or many readers (std::shared_lock and
+// std::unique_lock work with it, their timed constructors too).
 //
 // Design: the whole state under a detail::mvar_core's lock, with one FIFO
 // queue of exclusive (waiter::take) and shared (waiter::read) waiters.
@@ -10,14 +11,17 @@
 // cost is one spinlock round trip).
 #pragma once
 
+#include <chrono>
+
 #include "capstan/detail/mvar_core.hpp"
 
 namespace capstan {
 
 // shared_mutex: lock/unlock for exclusive ownership, lock_shared/
-// unlock_shared for shared.  Blocking locks park the calling green thread,
-// are safe points and need a green thread; try_ locks and unlocks work from
-// any thread.
+// unlock_shared for shared, and the timed try_lock_for/_until and
+// try_lock_shared_for/_until of std::shared_timed_mutex.  Blocking and
+// timed locks park the calling green thread, are safe points and need a
+// green thread; untimed try_ locks and unlocks work from any thread.
 class shared_mutex {
  public:
   shared_mutex() = default;
@@ -33,7 +37,7 @@ class shared_mutex {
       core_.unlock();
       return;
     }
-    park(detail::waiter::take);  // served: grant() made us the writer
+    park(detail::waiter::take, -1);  // served: grant() made us the writer
   }
   // try_lock takes exclusive ownership if free, telling whether it did.
   bool try_lock() noexcept {
@@ -59,7 +63,7 @@ class shared_mutex {
       core_.unlock();
       return;
     }
-    park(detail::waiter::read);  // served: grant() counted us in readers_
+    park(detail::waiter::read, -1);  // served: grant() counted us in readers_
   }
   // try_lock_shared takes shared ownership if no writer holds or waits.
   bool try_lock_shared() noexcept {
@@ -76,12 +80,88 @@ class shared_mutex {
     grant();
   }
 
+  // try_lock_for is lock that gives up after `d`, telling whether it took
+  // exclusive ownership; a release racing with the time-out either grants
+  // it to this thread (true) or not at all (false), never both.
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_for", ns_of(d));
+  }
+  // try_lock_until is try_lock_for until the time point `t`.
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_until", ns_of(t - Clock::now()));
+  }
+  // try_lock_shared_for is lock_shared that gives up after `d` (queued
+  // behind any waiting writer, as lock_shared), telling whether it took
+  // shared ownership; a release racing with the time-out grants it once.
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
+    return timed(detail::waiter::read, "capstan::shared_mutex::try_lock_shared_for", ns_of(d));
+  }
+  // try_lock_shared_until is try_lock_shared_for until the time point `t`.
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return timed(detail::waiter::read, "capstan::shared_mutex::try_lock_shared_until",
+                 ns_of(t - Clock::now()));
+  }
+
  private:
-  void park(detail::waiter::kind_t kind) {
+  template <class Rep, class Period>
+  static long long ns_of(const std::chrono::duration<Rep, Period>& d) {
+    long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    return ns < 0 ? 0 : ns;
+  }
+
+  // timed: a timed lock (take) or lock_shared (read) of at most ns.
+  bool timed(detail::waiter::kind_t kind, const char* what, long long ns) {
+    detail::mvar_core::blocking_point(what);
+    core_.lock();
+    if (kind == detail::waiter::take ? !writer_ && readers_ == 0 && !core_.has_waiters()
+                                     : !writer_ && !core_.has_waiters()) {
+      if (kind == detail::waiter::take) writer_ = true; else ++readers_;
+      core_.unlock();
+      return true;
+    }
+    if (ns == 0) {
+      core_.unlock();
+      return false;
+    }
+    return park(kind, ns);
+  }
+
+  // Note [Leaving the shared_mutex queue]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // park enqueues a waiter (core_'s lock held) and parks it; grant() serves
+  // it, or a time-out or an asynchronous exception takes it off the queue
+  // under core_'s lock - exactly one of them (Note [Timed takes]), so a
+  // served waiter owns the lock and one that left does not.  A waiter that
+  // leaves may have been what held others back: a writer queued in front
+  // of readers while readers hold the lock keeps those readers waiting.
+  // So the leaver runs grant() once more: without it those readers would
+  // wait for the next unlock, and forever if the holders are waiting for
+  // them.  grant() serves only what the state allows, so running it
+  // needlessly is harmless.  Not when the wait ended because the
+  // shared_mutex itself died (outcome orphaned): core_ is gone.
+  bool park(detail::waiter::kind_t kind, long long ns) {
     detail::waiter w(detail::waiter::shared_mutex);
     w.kind = kind;
     core_.enqueue(w);
-    core_.park(w);
+    bool served;
+    try {
+      served = ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
+    } catch (...) {
+      if (w.outcome != detail::waiter::orphaned) {
+        core_.lock();  // Note [Leaving the shared_mutex queue]
+        grant();
+      }
+      throw;
+    }
+    if (!served) {
+      core_.lock();  // Note [Leaving the shared_mutex queue]
+      grant();
+    }
+    return served;
   }
   // grant hands the lock to the front of the queue (lock held; releases
   // it): a writer if the lock is free, else the readers at the front.
@@ -106,5 +186,9 @@ class shared_mutex {
   bool writer_ = false;     // guarded by core_'s lock
   long readers_ = 0;        // guarded by core_'s lock
 };
+
+// shared_timed_mutex is std::shared_timed_mutex's name for shared_mutex,
+// which already has the timed locks.
+using shared_timed_mutex = shared_mutex;
 
 }  // namespace capstan
