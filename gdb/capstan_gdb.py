@@ -126,7 +126,7 @@ def _enum_name(v):
 # the thread dump names them.
 WAIT_WHAT = ["mvar", "chan read", "mutex lock", "shared_mutex lock", "condition_variable wait",
              "semaphore acquire", "latch wait", "barrier arrive_and_wait", "wait_group wait",
-             "future get", "throw_to", "runtime event"]
+             "future get", "throw_to", "runtime event", "spark get"]
 WAIT_OP = {0: "take", 1: "read", 2: "put"}
 
 
@@ -275,7 +275,7 @@ class View:
         if self.state != "blocked":
             return ""
         t = self.t
-        if self.why == "on_spark":
+        if self.why == "on_mvar" and int(t["wait_tag"]["what"]) == WAIT_WHAT.index("spark get"):
             return "a spark that another capability is running"
         if self.why == "on_shutdown":
             return "shutdown (waiting to be reclaimed)"

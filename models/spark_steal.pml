@@ -1,12 +1,14 @@
 /* spark_steal.pml - stealing sparks by request, and completing a stolen
- * spark whose maker waits for it.
+ * spark whose maker waits for it, or was interrupted while waiting.
  *
  * Mirrors Note [Spark pools] in rts/sparks/pool.cpp (ask, spark_respond,
  * take_oldest, find_spark, remove_spark; poll_spark_requests in
  * rts/sparks/pool.hpp) and Note [Completing a stolen spark] in
- * rts/sparks/sparks.cpp (complete, wait_stolen, spark_force_slow, the
- * spark thread's loop), with the maker parking as in Note [Blocking on an
- * MVar] (the spark's lock released by the landing side).
+ * rts/sparks/sparks.cpp (complete, gate_wait, wait_stolen,
+ * spark_force_slow, spark_discard_slow, the spark thread's loop), with the
+ * maker parking at its gate as on an MVar (Note [Blocking on an MVar]: the
+ * gate's lock released by the landing side) and an asynchronous exception
+ * ending that wait as post_throw does (Note [Raising asynchronously]).
  *
  * Parties: victim V owns a pool with two sparks and forces them with
  * get(), oldest first, polling for requests at its poll points (each slow
@@ -14,7 +16,10 @@
  * sleep); two idle thieves T1, T2 each ask V for sparks (at most two asks
  * each) and run what they get on a spark thread, completing it.  A thief
  * may give up waiting at any moment (its deadline, or work in its inbox)
- * and withdraws its request.
+ * and withdraws its request.  An interrupter I may, once, throw to V while
+ * V waits interruptibly at a gate (in get()); V then unwinds: it withdraws
+ * from the spark, and its sparks' destructors settle both sparks (a
+ * pending one is discarded, a stolen one waited for, shielded).
  *
  * Abstractions.  The pool is a set of spark ids (take_oldest takes the
  * lowest); with two sparks an answer's batch (a quarter of the rest) is
@@ -22,21 +27,28 @@
  * release store of steal_box that the model keeps.  A thief asks only
  * while V's pool looks non-empty (the relaxed size() hint).  Running a
  * spark is counting it.  The maker's park is two steps: the context saved,
- * then the landing side's unlock of the spark lock.
+ * then the landing side's unlock of the gate's lock.  Each spark has its
+ * own gate variables; a gate is created (galive) when V starts a wait and
+ * destroyed (its destructor takes and drops the lock) when the wait ends.
+ * The interrupter holds V's wait_lock implicitly: it acts only while V's
+ * wait is published and interruptible, and dequeues V under the gate's
+ * lock, as post_throw's try_lock does.
  *
  * Memory model: sequential consistency.  The request word is only ever
  * changed by RMWs (the thief's CASes, the owner's exchange) and the spark
- * state by the thief's exchange and the maker's CAS: RMWs on one location
- * are totally ordered in every C++ execution, and that order is all the
- * Note's arguments use ("exactly one of ... wins").  steal_box is a flag
- * the thief polls until it is set (release/acquire publishes the spark's
- * fields); no argument here needs a store to be ordered before a later
- * load of another location, so no store buffer is modelled.
+ * state by the thief's exchange and the maker's CASes: RMWs on one
+ * location are totally ordered in every C++ execution, and that order is
+ * all the Note's arguments use ("exactly one of ... wins").  steal_box is a
+ * flag the thief polls until it is set (release/acquire publishes the
+ * spark's fields); the gate is guarded by its lock.  No argument here
+ * needs a store to be ordered before a later load of another location, so
+ * no store buffer is modelled.
  *
- * Properties (no lost wake-up, no lost spark): at the end every spark was
- * run exactly once (by V itself or by a thief), V's get() returned for
- * both, no thief waits for an answer and the request word is clear; no
- * invalid end state; and the maker is woken only once parked.
+ * Properties (no lost wake-up, no lost spark, no touch of a dead gate): at
+ * the end every spark was run exactly once or discarded unrun, V finished,
+ * no thief waits for an answer and the request word is clear, every gate
+ * is gone; no invalid end state; the maker is woken only once parked and
+ * once per park; a thief touches a gate only while it lives.
  *
  * Broken variants:
  *   -DBROKEN           the thief withdraws its request with a plain store
@@ -46,6 +58,13 @@
  *   -DBROKEN_COMPLETE  complete() reads the state and then stores `done`
  *                      (no exchange): the maker's CAS to stolen_waiting
  *                      can fall in between, and V sleeps unwoken.
+ *   -DBROKEN_WITHDRAW  an interrupted maker withdraws with a load and a
+ *                      store instead of the CAS: the thief's exchange can
+ *                      fall in between; it then serves a gate the maker
+ *                      has left (and destroyed).
+ *   -DBROKEN_LEAVE     an interrupted maker whose withdrawal fails leaves
+ *                      at once instead of waiting at the gate for the
+ *                      thief: the thief touches a dead gate.
  */
 
 #define NONE      3     /* kNoSpark */
@@ -62,8 +81,18 @@
 
 bool inpool[NS + 1];    /* V's pool [owner] */
 byte state[NS + 1];     /* spark_base::state */
-bool slock[NS + 1];     /* spark_base::lock */
 byte runs[NS + 1];      /* ghost: how often each spark ran */
+bool discarded[NS + 1]; /* ghost: destroyed unforced, never run */
+/* Each spark's gate while V waits for it (spark_gate): */
+bool glock[NS + 1];     /* its mvar_core lock */
+bool gq[NS + 1];        /* V's waiter is queued */
+bool gcompleted[NS + 1];/* the thief came with nobody queued */
+bool galive[NS + 1];    /* ghost: the gate exists (V's frame) */
+/* V's wait as post_throw sees it (Thread::blocked_on, waiter::shielded) */
+byte v_gate;            /* the gate V is published on, or 0 */
+bool v_shielded;
+bool v_interrupted;     /* waiter::interrupted: set by I with the wake */
+bool thrown;            /* ghost: I has thrown */
 byte request;           /* V's spark_pool::request: a thief, or 0 */
 byte steal_box[3];      /* each thief's answer box: 0, a spark, or NONE */
 bool v_saved, v_runnable;   /* the maker parked in wait_stolen / woken */
@@ -104,9 +133,75 @@ inline poll(th, s) {
   fi
 }
 
-/* The victim: par() made sparks 1 and 2; get() forces them oldest first. */
+/* gate_wait (maker V): wait at spark s's gate until the thief came.
+ * `shielded`: park_shielded, else park (interruptible: intr tells). */
+inline gate_wait(s, shielded, intr) {
+  atomic { !glock[s] -> glock[s] = 1 };
+  if
+  :: gcompleted[s] -> glock[s] = 0
+  :: else ->
+       gq[s] = 1;
+       v_gate = s; v_shielded = shielded;   /* publish_wait */
+       /* park_current: off the stack, then the gate's lock is released */
+       v_saved = 1;
+       glock[s] = 0;
+       atomic { v_runnable -> v_runnable = 0; v_saved = 0 };
+       intr = v_interrupted;
+       v_interrupted = 0
+  fi
+}
+
+/* wait_stolen (maker V) on spark s: gate creation to destruction. */
+inline wait_stolen(s, shielded, intr) {
+  galive[s] = 1; gcompleted[s] = 0; gq[s] = 0;
+  intr = 0;
+  if
+  :: atomic { state[s] == STOLEN -> state[s] = STOLEN_WAITING } ->
+       gate_wait(s, shielded, intr);
+       if
+       :: intr ->
+            /* withdraw before the gate dies */
+#ifdef BROKEN_WITHDRAW
+            if
+            :: state[s] == STOLEN_WAITING -> state[s] = STOLEN
+            :: else -> skip
+            fi
+#else
+            if
+            :: atomic { state[s] == STOLEN_WAITING -> state[s] = STOLEN }
+            :: else ->
+#ifdef BROKEN_LEAVE
+                 skip
+#else
+                 gate_wait(s, 1, x)   /* the thief came first: wait for it */
+#endif
+            fi
+#endif
+       :: else -> skip
+       fi
+  :: else -> skip                      /* already done */
+  fi;
+  /* ~mvar_core: take and drop the lock; then the frame is gone */
+  atomic { !glock[s] -> glock[s] = 1 };
+  glock[s] = 0;
+  galive[s] = 0
+}
+
+/* ~spark while unwinding (spark_discard_slow): settle s without running it
+ * here; a stolen one is waited for, shielded. */
+inline discard(s, intr) {
+  if
+  :: state[s] == PENDING -> inpool[s] = 0; discarded[s] = 1; state[s] = DONE
+  :: state[s] == STOLEN -> wait_stolen(s, 1, intr)
+  :: else -> skip                       /* done */
+  fi
+}
+
+/* The victim: par() made sparks 1 and 2; get() forces them oldest first.
+ * If a get() is interrupted, V unwinds: both sparks' destructors run. */
 proctype Victim() {
   byte s, th, x, st;
+  bool intr;
   s = 1;
   do
   :: s > NS -> break
@@ -117,17 +212,15 @@ force:
        if
        :: st == DONE -> s++
        :: st == STOLEN ->
-            /* wait_stolen */
-            atomic { !slock[s] -> slock[s] = 1 };
+            wait_stolen(s, 0, intr);
             if
-            :: atomic { state[s] == STOLEN -> state[s] = STOLEN_WAITING } ->
-                 /* park_current: off the stack, then the lock is released */
-                 v_saved = 1;
-                 slock[s] = 0;
-                 atomic { v_runnable -> v_runnable = 0; v_saved = 0 }
-            :: else -> slock[s] = 0     /* already done */
-            fi;
-            s++
+            :: intr ->
+                 /* unwinding: the destructors of both sparks */
+                 discard(1, x);
+                 discard(2, x);
+                 break
+            :: else -> s++
+            fi
        :: st == PENDING ->
             poll(th, x);                /* a poll point */
             if
@@ -150,7 +243,24 @@ end_idle:
   od
 }
 
-/* complete(s): publish done; wake the maker if it waits. */
+/* The interrupter: throw_to V, once, while V waits interruptibly
+ * (post_throw: wait_lock, then try the gate's lock; dequeue, wake). */
+proctype Interrupter() {
+  byte g;
+end_throw:
+  atomic {
+    !thrown && v_gate != 0 && !v_shielded && gq[v_gate] && !glock[v_gate] ->
+      g = v_gate; glock[g] = 1; thrown = 1
+  };
+  assert(galive[g]);
+  gq[g] = 0;                            /* remove: exactly once (under the lock) */
+  v_gate = 0;
+  v_interrupted = 1;
+  glock[g] = 0;
+  atomic { assert(v_saved && !v_runnable); v_runnable = 1 }   /* wake */
+}
+
+/* complete(s): publish done; serve the maker's gate if it waits. */
 inline complete(s, prev) {
 #ifdef BROKEN_COMPLETE
   prev = state[s];
@@ -160,9 +270,16 @@ inline complete(s, prev) {
 #endif
   if
   :: prev == STOLEN_WAITING ->
-       atomic { !slock[s] -> slock[s] = 1 };    /* free once V is parked */
-       slock[s] = 0;
-       atomic { assert(v_saved && !v_runnable); v_runnable = 1 }   /* wake_home */
+       atomic { !glock[s] -> assert(galive[s]); glock[s] = 1 };
+       if
+       :: gq[s] ->
+            gq[s] = 0; v_gate = 0;              /* serve: dequeue, clear blocked_on */
+            glock[s] = 0;                       /* last touch of gate and spark */
+            atomic { assert(v_saved && !v_runnable); v_runnable = 1 }   /* wake_home */
+       :: else ->
+            gcompleted[s] = 1;
+            glock[s] = 0                        /* last touch of gate and spark */
+       fi
   :: else -> skip                               /* the spark may be gone */
   fi
 }
@@ -216,8 +333,9 @@ proctype Thief(byte me) {
 active proctype Checker() {
   timeout ->
   assert(v_done);
-  assert(runs[1] == 1 && runs[2] == 1);
+  assert(runs[1] + discarded[1] == 1 && runs[2] + discarded[2] == 1);
   assert(state[1] == DONE && state[2] == DONE);
+  assert(!galive[1] && !galive[2] && !v_saved);
   assert(request == 0 && asking == 0)
 }
 
@@ -226,6 +344,7 @@ init {
     inpool[1] = 1; inpool[2] = 1;
     run Victim();
     run Thief(T1);
-    run Thief(T2)
+    run Thief(T2);
+    run Interrupter()
   }
 }

@@ -32,6 +32,10 @@
 // (that would terminate()); they stay blocked.  The exception's message
 // lists the blocked threads and what each waited on (as dump_threads
 // does), so a program that dies of it says where it was stuck.
+// During shutdown the same question, asked by shutdown_tick, tells
+// shutdown when the threads it cannot kill (blocked while unwinding) can
+// be abandoned at once (Note [Blocked while unwinding] in
+// shutdown/shutdown.cpp).
 #include "exception/deadlock.hpp"
 
 #include <dirent.h>
@@ -65,9 +69,13 @@ std::uint64_t all_switches() {
   return n;
 }
 
+// Shutdown's stuck check (shutdown_tick), ticker-owned.
+std::uint64_t g_shutdown_seen = 0;
+bool g_shutdown_suspected = false;
+
 // quiet: nothing runs and nothing is known that could wake a thread.
-bool quiet() {
-  if (rt.shutting_down.load(std::memory_order_acquire)) return false;
+// (During shutdown, main's wait for the others counts as blocked.)
+bool quiet_now() {
   // Every capability idle, or free with nothing queued: a Task that ran a
   // bound or in-call thread leaves its capability free when the thread
   // finishes, and nothing may ever take it again.  (A safe call and an
@@ -186,7 +194,33 @@ unsigned break_deadlock() {
 
 }  // namespace
 
+namespace {
+// quiet: as quiet_now, outside shutdown (shutdown has its own check).
+bool quiet() {
+  if (rt.shutting_down.load(std::memory_order_acquire)) return false;
+  return quiet_now();
+}
+}  // namespace
+
 void deadlock_reset() { g_suspected = false; }
+
+DeadlockTick shutdown_tick() {
+  if (rt.opts.deadlock_detection == options::deadlock::off || !quiet_now()) {
+    g_shutdown_suspected = false;
+    return DeadlockTick::none;
+  }
+  std::uint64_t sw = all_switches();
+  if (!g_shutdown_suspected || sw != g_shutdown_seen) {
+    g_shutdown_suspected = true;
+    g_shutdown_seen = sw;
+    return DeadlockTick::suspected;
+  }
+  g_shutdown_suspected = false;
+  if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0)
+    return DeadlockTick::stood_down;  // the grace period decides
+  rt.shutdown_stuck.store(true, std::memory_order_seq_cst);
+  return DeadlockTick::broken;
+}
 
 DeadlockTick deadlock_tick() {
   if (rt.opts.deadlock_detection == options::deadlock::off) return DeadlockTick::none;

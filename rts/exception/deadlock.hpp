@@ -17,4 +17,11 @@ DeadlockTick deadlock_tick();
 // deadlock_reset: a tick on which some capability was busy.
 void deadlock_reset();
 
+// shutdown_tick: the same check during shutdown, for the threads shutdown
+// cannot kill (Note [Blocked while unwinding] in shutdown/shutdown.cpp),
+// with main parked in shutdown_protocol: `suspected` (quiet this tick: do
+// not wake main, so that nothing moves until the next), `broken` (quiet
+// two ticks running: rt.shutdown_stuck is set), else `none`.  Ticker only.
+DeadlockTick shutdown_tick();
+
 }  // namespace capstan::rts

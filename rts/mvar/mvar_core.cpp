@@ -57,7 +57,7 @@ void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_toke
     return;
   }
   cur->wait_lock.lock();  // Note [Killing a blocked thread]
-  if (cur->async_pending.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (cur->async_pending.load(std::memory_order_relaxed) && !w.shielded) [[unlikely]] {
     if (rts::ThrowMsg* msg = rts::pop_raisable(cur, true)) {
       cur->wait_lock.unlock();
       m.remove(w);
@@ -100,6 +100,21 @@ void mvar_core::park(waiter& w) {
   publish_wait(*this, w, cur, 0);
   rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
   after_wait(w, cur);  // (only timed waits time out)
+}
+
+void mvar_core::park_shielded(waiter& w) {
+  rts::Task* task = rts::green_task_before_switch();
+  if (!task) [[unlikely]] {
+    park(w);  // throws the usage error (and unlocks)
+    return;
+  }
+  Thread* cur = task->cap->current;
+  // Published like any wait (state_of and dumps see it), but post_throw
+  // queues its message for the next safe point after the wait, and
+  // request_kill and break_deadlock pass it by (waiter::shielded).
+  w.shielded = true;
+  publish_wait(*this, w, cur, 0);
+  rts::park_current(task, cur, &locked_);
 }
 
 // Note [Timed takes]

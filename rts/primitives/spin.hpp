@@ -1,6 +1,6 @@
 // spin.hpp - waiting briefly for another OS thread: spin, then yield.
 //
-// Every busy-wait in the runtime (SpinLock, an mvar's lock, a spark's lock,
+// Every busy-wait in the runtime (SpinLock, an mvar's lock - also a spark gate's,
 // a killer or timer retrying a lock it may only try) waits for a holder
 // that is running *now* and will be done in a few instructions.  But the
 // holder is an OS thread the kernel may deschedule at any moment; a waiter

@@ -97,6 +97,9 @@ struct Runtime {
   SharedCounter deadlocks_detected;              // exception/deadlock.cpp
   SharedCounter deadlock_stood_down;
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]
+  // Set by the ticker when, during shutdown, nothing could wake a thread
+  // any more (shutdown_tick); main clears it.  Note [Blocked while unwinding].
+  std::atomic<bool> shutdown_stuck{false};       // [atomic]
   std::chrono::steady_clock::time_point started;  // [start]
   // A clock read without a system call: now_ns() as of the ticker's last
   // tick (written every tick and when it wakes; relaxed: a diagnostic clock

@@ -152,8 +152,11 @@ void Ticker::loop() {
     retake_deferred();
     rt.coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
     sample_peaks();
-    if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events)
-      rt.shutdown_events->notify();  // Note [Shutdown]: the grace-period clock
+    // Note [Shutdown]: the grace-period clock; held back for one tick while
+    // the run looks stuck (Note [Blocked while unwinding]).
+    if (rt.shutting_down.load(std::memory_order_relaxed) && rt.shutdown_events &&
+        shutdown_tick() != DeadlockTick::suspected)
+      rt.shutdown_events->notify();
     // A capability asleep while sparks wait elsewhere (a missed wake-up is
     // allowed on the par() fast path: Note [Waking capabilities for sparks])
     // is woken within one tick.

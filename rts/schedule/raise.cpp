@@ -92,8 +92,9 @@ void interrupt_all() noexcept {
 bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
   // A waiter that blocked while unwinding is left alone: raising there
   // would terminate() (its uncaught count was saved when it switched out).
+  // A shielded wait (mvar_core::park_shielded) is never interrupted.
   return t->blocked_on && (ignore_mask || t->mask != Mask::uninterruptible) &&
-         !(t->has_eh && t->eh.uncaught != 0);
+         !(t->has_eh && t->eh.uncaught != 0) && !t->waiter->shielded;
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
 //     repeats 2 until only it is left and no in-call is in progress.  A thread that swallows thread_killed and blocks again is
 //     killed again; one that has not finished after kShutdownGrace is
 //     abandoned - its stack is freed without unwinding - and reported on
-//     stderr by id and label.  A thread inside a safe call runs foreign code
+//     stderr by id and label; so, at once, are threads blocked while
+//     unwinding once nothing can wake them (Note [Blocked while unwinding]).  A thread inside a safe call runs foreign code
 //     on its own stack: shutdown waits for the call to return (saying so on
 //     stderr once), and the thread then meets thread_killed.  Every thread's fate is counted in the
 //     statistics: finished, killed, or abandoned.
@@ -70,7 +71,7 @@ namespace capstan::rts {
 //
 // wait_lock is skipped by blockers and wakers until someone needs it: the
 // killer turns it on first (Note [Wait locks] in schedule/raise.cpp).
-bool request_kill(Thread* t) noexcept {
+bool request_kill(Thread* t, unsigned* killed) noexcept {
   t->wait_lock.lock();
   detail::mvar_core* m = t->blocked_on;
   if (!m) {
@@ -84,7 +85,9 @@ bool request_kill(Thread* t) noexcept {
   detail::waiter* w = t->waiter;
   // A thread that blocked while unwinding is not killed (see above): its
   // uncaught-exception count was saved with it when it switched out.
-  bool killable = !(t->has_eh && t->eh.uncaught != 0);
+  // Nor is a shielded wait (a spark's destructor waiting for the spark:
+  // Note [Completing a stolen spark] in sparks/sparks.cpp); its waker runs.
+  bool killable = !(t->has_eh && t->eh.uncaught != 0) && !w->shielded;
   if (killable) {
     m->remove(*w);
     w->outcome = detail::waiter::killed;
@@ -93,7 +96,10 @@ bool request_kill(Thread* t) noexcept {
   }
   t->wait_lock.unlock();
   m->unlock();  // before waking: a killed thread may destroy m as it unwinds
-  if (killable) wake(t);
+  if (killable) {
+    wake(t);
+    ++*killed;
+  }
   return true;
 }
 
@@ -106,26 +112,44 @@ bool request_kill(Thread* t) noexcept {
 // has no such limit.  So request_kill and post_throw leave it on its
 // mvar's queue, where it stays an ordinary waiter: a put (from a thread
 // unwinding in the same shutdown, say) wakes it, and it finishes its
-// unwinding.  If nothing does, shutdown keeps sweeping until
-// kShutdownGrace has passed, then abandons it like a thread that swallows
-// thread_killed (the rest of its stack is freed without unwinding; it is
-// reported on stderr and counted in threads_abandoned; the exception it
-// was unwinding from is never freed).  Shutdown cannot
-// abandon it earlier: a plain OS thread may still try_put into its mvar,
-// which the runtime cannot see.  Tested in tests/rts/shutdown/shutdown_test.cpp.
+// unwinding.  If nothing does, shutdown abandons it like a thread that
+// swallows thread_killed (the rest of its stack is freed without
+// unwinding; it is reported on stderr and counted in threads_abandoned;
+// the exception it was unwinding from is never freed) - as soon as
+// nothing *can* wake it any more, else when kShutdownGrace has passed.
+//
+// "Nothing can wake it" is deadlock detection's question (Note [Deadlock
+// detection] in exception/deadlock.cpp), asked during shutdown with main
+// parked on shutdown_events: the ticker's shutdown_tick finds no green
+// thread running or runnable, no timer, sleep or fd wait pending, no safe
+// call or in-call in progress, on two ticks running with no context switch
+// in between (it does not wake main on the first, so that main's own
+// wake-up does not count as movement), and - under the default policy - no
+// OS thread that the runtime did not make (one could try_put into the
+// mvar); `--deadlock-detection=off` leaves only the grace period, `force`
+// ignores outside threads.  It then sets rt.shutdown_stuck and wakes main.
+// Main sweeps once more: if that sweep killed nobody and every request
+// landed, every thread still alive is blocked and none can be killed or
+// woken - each is blocked while unwinding (or swallowed thread_killed and
+// blocked again while unwinding) - so main abandons them at once.  If the
+// sweep did kill someone (a thread blocked since the last sweep), the
+// flag is dropped and the check starts over.  A put from a green thread
+// still wakes such a thread as before: while that thread runs, the run is
+// not quiet.  Tested in tests/rts/shutdown/shutdown_test.cpp.
 
 namespace {
 
 constexpr auto kShutdownGrace = std::chrono::seconds(1);
 
-// kill_sweep asks every blocked thread to die; true if all requests landed.
-bool kill_sweep() {
+// kill_sweep asks every blocked thread to die, counting in *killed those
+// it woke; true if all requests landed.
+bool kill_sweep(unsigned* killed) {
   bool all = true;
   for (Capability* c : rt.caps) {
     c->all_lock.lock();
     for (Thread* t = c->all_head; t; t = t->all_next) {
       if (t->is_main) continue;
-      if (!request_kill(t)) all = false;
+      if (!request_kill(t, killed)) all = false;
     }
     c->all_lock.unlock();
   }
@@ -152,7 +176,10 @@ std::uint64_t safe_calls_in_progress(std::string* names) {
   return n;
 }
 
-void report_abandoned() {
+// report_abandoned names the threads shutdown abandons; `stuck`: at once,
+// since nothing could wake them (Note [Blocked while unwinding]), else
+// after the grace period.
+void report_abandoned(bool stuck) {
   std::string names;
   std::uint64_t n = 0;
   for (Capability* c : rt.caps) {
@@ -165,7 +192,12 @@ void report_abandoned() {
     }
     c->all_lock.unlock();
   }
-  if (n)
+  if (n && stuck)
+    std::fprintf(stderr,
+                 "capstan: %llu thread(s) blocked while unwinding at shutdown, and nothing can "
+                 "wake them; abandoned without unwinding:%s%s\n",
+                 static_cast<unsigned long long>(n), names.c_str(), n > 10 ? " ..." : "");
+  else if (n)
     std::fprintf(stderr,
                  "capstan: %llu thread(s) did not finish within %llds of shutdown (they caught "
                  "thread_killed and carried on); abandoned without unwinding:%s%s\n",
@@ -188,9 +220,17 @@ void shutdown_protocol() {
   }
   auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
   bool reported_calls = false;
+  rt.shutdown_stuck.store(false, std::memory_order_seq_cst);
   for (;;) {
-    kill_sweep();
+    unsigned killed = 0;
+    bool landed = kill_sweep(&killed);
     if (live_threads() <= 1 && process.incalls.load(std::memory_order_seq_cst) == 0) break;
+    // Note [Blocked while unwinding]: nothing can wake the rest.
+    if (rt.shutdown_stuck.exchange(false, std::memory_order_seq_cst) && landed && killed == 0 &&
+        process.incalls.load(std::memory_order_seq_cst) == 0 && safe_calls_in_progress(nullptr) == 0) {
+      report_abandoned(/*stuck=*/true);
+      break;
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       // Threads inside safe calls run foreign code on their own stacks: run()
       // waits for the calls to return (each thread then meets thread_killed
@@ -198,7 +238,7 @@ void shutdown_protocol() {
       std::string names;
       std::uint64_t calls = safe_calls_in_progress(&names);
       if (calls == 0) {
-        report_abandoned();
+        report_abandoned(/*stuck=*/false);
         break;
       }
       if (!reported_calls) {

@@ -12,9 +12,10 @@ namespace capstan::rts {
 // period, abandons the rest, then sets rt.stop.
 void shutdown_protocol();
 
-// request_kill wakes t with thread_killed if it is blocked on an mvar;
-// returns false if it should be retried later.  Note [Killing a blocked thread].
-bool request_kill(Thread* t) noexcept;
+// request_kill wakes t with thread_killed if it is blocked on an mvar
+// (counting it in *killed); returns false if it should be retried later.
+// Note [Killing a blocked thread].
+bool request_kill(Thread* t, unsigned* killed) noexcept;
 
 // reclaim_leftovers frees the threads left after the schedulers stopped
 // (abandoned ones, and main's object) and the Thread slabs; returns how

@@ -27,12 +27,13 @@
 //    of "owner answers" and "thief withdraws" wins.
 //  * steal_box store (owner, release) / load (thief, acquire): the spark's
 //    fields (closure, state = stolen) are visible to the thief.
-//  * completion: the spark thread exchanges state to done (acq_rel),
-//    without the spark's lock; the maker reads it with acquire, or waits:
-//    it takes the lock, CASes stolen -> stolen_waiting and parks holding
-//    the lock, released once it is off its stack (as in Note [Blocking on
-//    an MVar]); a thread that sees stolen_waiting takes the lock before it
-//    wakes the maker, so the wake-up cannot be lost or come early (Note
+//  * completion: the spark thread exchanges state to done (acq_rel); the
+//    maker reads it with acquire, or waits: it CASes stolen ->
+//    stolen_waiting, publishing a gate on its stack (an mvar_core and a
+//    flag), and parks there as on an mvar, interruptibly; a spark thread
+//    that sees stolen_waiting serves the gate under its lock, so the
+//    wake-up cannot be lost or come early, and an interrupted maker
+//    withdraws with a CAS back to stolen before the gate dies (Note
 //    [Completing a stolen spark] in sparks/sparks.cpp).
 // Rejected: Chase-Lev (a fence per owner pop, measured above); a lock per
 // pool (a locked instruction per par); heartbeat promotion (Acar et al.,

@@ -7,7 +7,7 @@
 #include <new>
 
 #include "capstan/errors.hpp"
-#include "primitives/spinlock.hpp"
+#include "capstan/detail/mvar_core.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
@@ -19,62 +19,128 @@ using detail::spark_pool;
 
 namespace {
 
-// Note [The spark lock]
-// ~~~~~~~~~~~~~~~~~~~~~
-// A spark's lock is held for a few instructions (complete()), or by a
-// maker from wait_stolen() until it is off its stack - released by the
-// context that lands after its switch, on the same OS thread, before
-// anything else runs there.  No green thread is ever switched out *while*
-// the lock is held and then left waiting in a run queue (there is no safe
-// point in between), so a waiter never waits for a green thread to be
-// scheduled.  It may wait for an OS thread the kernel preempted, though: so
-// it spins briefly (the common case, a few instructions) and then gives the
-// OS thread up with sched_yield() between attempts instead of burning its
-// timeslice against a descheduled holder (spin_lock, primitives/spinlock.hpp).
-void lock_spark(spark_base* s) { spin_lock(s->lock); }
-
 // Note [Completing a stolen spark]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The maker may read `done` without any lock (get()'s and ~spark's quick
 // check) and then free the spark at once, so the thief's store of `done` must
 // be its last touch of the spark - unless the maker is waiting, in which case
-// the maker cannot run until the thief wakes it.  The state word says which:
-//   maker:  lock; waiter = me; CAS stolen -> stolen_waiting; park, and the
-//           lock is released once the maker is off its stack (as for MVars);
-//           if the CAS fails the spark is done: unlock and go on.
+// the maker cannot leave until the thief has told it.  The maker waits at a
+// gate on its own stack: an mvar_core and a `completed` flag (an Event: the
+// waiter is served if queued, else the flag is set).  Parking there is an
+// ordinary mvar_core park, so throw_to, timeouts, the shutdown killer and
+// deadlock detection find and interrupt it like any mvar wait (Note
+// [Raising asynchronously] in schedule/raise.cpp).  The state word says who
+// owns the hand-over:
+//   maker:  a gate on its stack; s->gate = &gate; CAS stolen ->
+//           stolen_waiting (acq_rel: publishes s->gate).  If the CAS fails
+//           the spark is done: go on.  Else wait at the gate: lock it; if
+//           completed, go on; else queue a waiter and park.
 //   thief:  prev = exchange(done) (acq_rel).  prev == stolen: nobody waits,
 //           and the spark is never touched again.  prev == stolen_waiting:
-//           read waiter, take the lock (it is free once the maker is off
-//           its stack: no early wake-up), release it, wake the maker.
+//           read s->gate, lock it, serve the waiter if one is queued, else
+//           set completed; unlock (its last touch of gate and spark); wake
+//           the served maker (wake_home: back where its other sparks are).
 // The exchange and the CAS are ordered on the same word, so exactly one of
-// "the thief sees a waiter" and "the maker sees done" happens.
+// "the thief sees a waiter" and "the maker sees done" happens; the gate's
+// lock orders the thief's notice against the maker's wait, so the wake-up
+// cannot be lost (the Event pattern, mvar/event.hpp).
+//
+// Interrupted.  An exception thrown to the waiting maker (or thread_killed
+// at shutdown) dequeues its waiter under the gate's lock - exactly one of
+// the thief's serve and the interrupt gets it, as for any mvar waiter - and
+// the maker's park throws.  Before the exception leaves wait_stolen (and
+// with it the gate's frame) the maker *withdraws*: CAS stolen_waiting ->
+// stolen.  If it succeeds the thief has not completed yet; its exchange
+// will see `stolen`, and it will never touch the gate.  If it fails the
+// thief's exchange came first: it is on its way to the gate (a few
+// instructions, no safe point in between), so the maker waits there again,
+// shielded (park_shielded: nothing interrupts it), until the thief has
+// set `completed` or served it; only then does the gate die.  So the gate
+// outlives every touch, whichever of the completion and the interrupt wins.
+//
+// Destroying a stolen spark.  The thief writes the result into the spark
+// and reads the closure's captures, so ~spark of a stolen, unfinished spark
+// must wait for it - also when get() was interrupted and the maker's stack
+// is unwinding (the spark is destroyed during that unwinding, its state
+// back at `stolen` after the withdrawal).  That wait cannot throw (a
+// destructor; during unwinding a throw would terminate()): it is the same
+// gate protocol with the shielded park.  A thread killed while waiting for
+// a long spark therefore finishes unwinding only when the spark does; the
+// exception has been raised at once (throw_to returns), the spark keeps
+// its captures alive.  Throws queued meanwhile land at the next safe point.
 // Checked by models/spark_steal.pml (docs/models.md).
 constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
-// complete publishes a stolen spark's result and wakes its maker if it waits.
+}  // namespace
+
+}  // namespace capstan::rts
+
+namespace capstan::detail {
+
+// Lives in the waiting maker's frame; see the Note.
+struct spark_gate {
+  mvar_core core;
+  bool completed = false;  // [lock: core] the thief came while nobody was queued
+};
+
+}  // namespace capstan::detail
+
+namespace capstan::rts {
+
+using detail::spark_gate;
+
+namespace {
+
+// complete publishes a stolen spark's result and tells its maker if it waits.
 void complete(spark_base* s) {
   unsigned prev = s->state.exchange(spark_base::done, std::memory_order_acq_rel);
   if (prev != kStolenWaiting) return;  // the spark may be gone already
-  Thread* waiter = s->waiter;
-  lock_spark(s);  // free once the maker has parked
-  s->lock.store(false, std::memory_order_release);
-  wake_home(waiter);  // back where its other sparks are
+  spark_gate* g = s->gate;  // alive until our unlock: the maker waits for it
+  Thread* served = nullptr;
+  g->core.lock();
+  if (detail::waiter* w = g->core.front()) served = g->core.serve(*w);
+  else g->completed = true;
+  g->core.unlock();  // last touch of gate and spark
+  if (served) wake_home(served);
 }
 
-// wait_stolen parks the calling maker until the spark thread completes s.
-void wait_stolen(spark_base* s) {
-  Task* task = my_task();
-  Thread* cur = task->cap->current;
-  lock_spark(s);
-  s->waiter = cur;
-  unsigned expected = spark_base::stolen;
-  if (!s->state.compare_exchange_strong(expected, kStolenWaiting, std::memory_order_acq_rel,
-                                        std::memory_order_acquire)) {
-    s->lock.store(false, std::memory_order_release);  // already done
+// gate_wait waits at g until the thief has been there; `shielded`: nothing
+// interrupts it, else it throws what interrupted it.
+void gate_wait(spark_gate& g, bool shielded) {
+  g.core.lock();
+  if (g.completed) {
+    g.core.unlock();
     return;
   }
-  cur->why = WhyBlocked::on_spark;
-  park_current(task, cur, &s->lock);  // unlocked once we are off our stack
+  detail::waiter w(detail::waiter::spark);
+  g.core.enqueue(w);
+  if (shielded) g.core.park_shielded(w);
+  else g.core.park(w);
+}
+
+// wait_stolen parks the calling maker until the spark thread completes s;
+// `interruptible`: an asynchronous exception ends the wait (get()).
+void wait_stolen(spark_base* s, bool interruptible) {
+  spark_gate gate;
+  s->gate = &gate;
+  unsigned expected = spark_base::stolen;
+  if (!s->state.compare_exchange_strong(expected, kStolenWaiting, std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+    return;  // already done
+  if (!interruptible) {
+    gate_wait(gate, true);
+    return;
+  }
+  try {
+    gate_wait(gate, false);
+  } catch (...) {
+    // Withdraw before the gate dies (see the Note).
+    expected = kStolenWaiting;
+    if (!s->state.compare_exchange_strong(expected, spark_base::stolen,
+                                          std::memory_order_acq_rel, std::memory_order_acquire))
+      gate_wait(gate, true);  // the thief came first: wait for its last touch
+    throw;
+  }
 }
 
 // cancel settles a stolen spark that will never run (shutdown).
@@ -132,7 +198,7 @@ void spark_force_slow(spark_base* s) {
     unsigned st = s->state.load(std::memory_order_acquire);
     if (st == spark_base::done) return;
     if (st == spark_base::stolen) {
-      wait_stolen(s);
+      wait_stolen(s, /*interruptible=*/true);
       return;
     }
     Task* task = require_green_thread("capstan::spark::get");
@@ -163,7 +229,7 @@ void spark_discard_slow(spark_base* s) noexcept {
     unsigned st = s->state.load(std::memory_order_acquire);
     if (st == spark_base::done || st == spark_base::unpooled) return;
     if (st == spark_base::stolen) {  // running elsewhere, on our captures: wait
-      wait_stolen(s);
+      wait_stolen(s, /*interruptible=*/false);
       return;
     }
     Task* task = my_task();

@@ -75,6 +75,7 @@ const char* what_name(std::uint8_t what) {
     case W::future: return "future get";
     case W::throw_to: return "throw_to, until its exception lands in the target,";
     case W::runtime_event: return "runtime event";
+    case W::spark: return "spark get";
     default: return "blocking primitive";
   }
 }
@@ -189,7 +190,6 @@ std::string thread_name(const Thread* t) {
 std::string waits_on(const Thread* t, std::int64_t now) {
   switch (snap(t->why)) {
     case WhyBlocked::not_blocked: return {};
-    case WhyBlocked::on_spark: return "a spark that another capability is running";
     case WhyBlocked::on_shutdown: return "shutdown (waiting to be reclaimed)";
     case WhyBlocked::on_mvar: break;
   }
@@ -202,6 +202,7 @@ std::string waits_on(const Thread* t, std::int64_t now) {
     case IoWait::none: break;
   }
   std::uint8_t what = snap(t->wait_tag.what);
+  if (what == detail::waiter::spark) return "a spark that another capability is running";
   const void* core = snap(t->blocked_on);
   if (what == detail::waiter::mvar)
     return fmt::format("mvar {} {}", op_name(snap(t->wait_tag.op)), fmt::ptr(core));

@@ -28,7 +28,9 @@ struct Capability;
 struct Task;
 
 enum class ThreadState : std::uint8_t { runnable, running, blocked, finished };
-enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_spark, on_shutdown };
+// (A maker waiting for its stolen spark is on_mvar: it parks at a gate,
+// waiter::spark; Note [Completing a stolen spark] in sparks/sparks.cpp.)
+enum class WhyBlocked : std::uint8_t { not_blocked, on_mvar, on_shutdown };
 
 // What an IO-manager wait parks for (it parks on an mvar: the IO manager
 // fills it); for thread dumps, the event trace and gdb, never control flow.

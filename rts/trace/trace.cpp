@@ -77,7 +77,6 @@ TraceStop stop_of(const Thread* from, SwitchWhy why) noexcept {
     case SwitchWhy::blocked: break;
   }
   switch (from->why) {
-    case WhyBlocked::on_spark: return TraceStop::blocked_spark;
     case WhyBlocked::on_shutdown: return TraceStop::blocked_shutdown;
     default: break;
   }
@@ -91,6 +90,7 @@ TraceStop stop_of(const Thread* from, SwitchWhy why) noexcept {
   switch (from->wait_tag.what) {
     case detail::waiter::mvar: return TraceStop::blocked_mvar;
     case detail::waiter::chan: return TraceStop::blocked_chan;
+    case detail::waiter::spark: return TraceStop::blocked_spark;
     default: return TraceStop::blocked_sync;
   }
 }

@@ -8,8 +8,10 @@
 // refers to that frame (its closure's captures).  get() or the destructor
 // settles it before the frame goes away: an unforced spark that nobody took
 // is discarded (counted GC'd) and never runs afterwards; one that an idle
-// capability is already running is waited for.  So captures by reference
-// are safe for as long as the spark object lives.
+// capability is already running is waited for - by the destructor even
+// when get() was interrupted (kill_thread, a timeout) and the frame is
+// unwinding.  So captures by reference are safe for as long as the spark
+// object lives.
 #pragma once
 
 #include <atomic>
@@ -81,20 +83,26 @@ inline spark_pool* spark_pool_here() noexcept {
 #endif
 }
 
+// Where the maker of a stolen spark waits for it: a gate on the maker's
+// stack (rts/sparks/sparks.cpp).
+struct spark_gate;
+
 struct spark_base {
   // pending: in a pool; taken: being run by its maker, inline; stolen: a
   // spark thread runs (or will run) it; done: evaluated; unpooled: the pool
   // was full (overflowed), get() runs it inline; stolen_waiting: stolen, and
-  // its maker waits for it (set by the runtime, Note [Completing a stolen
-  // spark] in rts/sparks/sparks.cpp).
+  // its maker waits for it at `gate` (set by the runtime, Note [Completing
+  // a stolen spark] in rts/sparks/sparks.cpp).
   enum state_t : unsigned { pending, taken, stolen, done, unpooled, stolen_waiting };
 
   void (*run)(spark_base*) noexcept = nullptr;  // evaluates into the result
   std::atomic<unsigned> state{pending};
-  std::atomic<bool> lock{false};   // guards waiter once stolen (rts)
   std::uint64_t index;             // position in pool->slots (owner-only; set by push)
   spark_pool* pool;                // where it was pushed, null if unpooled (set by push)
-  rts::Thread* waiter;             // the maker parked on a stolen spark (set before use)
+  // The maker's gate while it waits for a stolen spark: written by the
+  // maker before its CAS to stolen_waiting (release), read by the spark
+  // thread after its exchange saw stolen_waiting (acquire).
+  spark_gate* gate;
   bool cancelled = false;          // stolen but never run: shutdown came first
 };
 
@@ -106,7 +114,7 @@ extern std::atomic<unsigned> g_spark_sleepers;
 spark_pool* spark_pool_or_throw();        // tl_spark_pool, or usage_error
 void spark_respond(spark_pool* p);        // answer a pending steal request
 void spark_force_slow(spark_base* s);     // get() when the fast path cannot
-void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark
+void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark: never throws
 void spark_overflow(spark_pool* p) noexcept;
 bool spark_make_room(spark_pool* p) noexcept;  // drops holes; true if not full now
 void spark_wake_sleeper() noexcept;
@@ -125,7 +133,8 @@ class spark : detail::spark_base {
   spark& operator=(const spark&) = delete;
 
   // get returns f's result, evaluating f here if no other capability has
-  // taken it, or waiting (parked, not spinning) for the one running it.
+  // taken it, or waiting (parked, not spinning) for the one running it; an
+  // asynchronous exception ends that wait at once (the spark runs on).
   // Exactly one evaluation ever happens; f's exception is rethrown.
   R get() {
     detail::spark_pool* p = detail::spark_pool_here();
@@ -144,6 +153,8 @@ class spark : detail::spark_base {
     return out_.get();
   }
 
+  // ~spark discards an unforced spark, or waits (uninterruptibly) for the
+  // capability that runs it: Note [Completing a stolen spark].
   ~spark() {
     if (state.load(std::memory_order_acquire) != done) [[unlikely]]
       detail::spark_discard_slow(this);

@@ -1,5 +1,5 @@
-// spinlock_test.cpp - spin_lock (under SpinLock, an mvar's lock and a
-// spark's lock) never starves a holder that the kernel descheduled: after a
+// spinlock_test.cpp - spin_lock (under SpinLock and an mvar's lock)
+// never starves a holder that the kernel descheduled: after a
 // short spin the waiter gives its OS thread away (primitives/spin.hpp).
 #include <gtest/gtest.h>
 #include <pthread.h>

@@ -1,5 +1,6 @@
 // spark_test.cpp - par/get semantics, GHC's spark accounting, overflow,
-// exceptions, waiting for a spark another capability runs, and shutdown.
+// exceptions, waiting for a spark another capability runs (and being
+// interrupted while waiting), and shutdown.
 #include <atomic>
 #include <memory>
 #include <stdexcept>
@@ -160,6 +161,137 @@ TEST_F(SparkSteal, GetWaitsForASparkRunningElsewhere) {
   EXPECT_EQ(s.converted, 1u);
   EXPECT_EQ(s.created, 1u);
   EXPECT_GE(capstan::statistics().capabilities[1].steals, 1u);
+}
+
+// Waits until `s`, a spark made by the calling thread, has been stolen by
+// the idle capability 1 and is running there (`started`): yielding is a
+// poll point at which the steal request is answered.
+void until_started(const std::atomic<bool>& started) {
+  while (!started.load()) capstan::yield();
+}
+
+// throw_to raises at once in a maker blocked in get() on a spark that
+// another capability runs: kill_thread returns while the spark is still
+// running.  The maker's stack then unwinds, and the spark's destructor
+// waits for the spark (it writes into the maker's frame) without being
+// interrupted; the frame goes only after the spark has finished.  Note
+// [Completing a stolen spark].
+TEST_F(SparkSteal, KillingAMakerBlockedOnAStolenSparkLandsAtOnce) {
+  std::atomic<int> evaluations{0}, step{0};
+  int kill_returned = 0, spark_finished = 0, frame_gone = 0;
+  bool get_threw_killed = false;
+  run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> go;
+    std::atomic<bool> started{false};
+    struct Last {
+      std::atomic<int>* step;
+      int* at;
+      ~Last() { *at = ++*step; }
+    };
+    capstan::thread_id maker = capstan::fork_on(0, [&] {
+      Last frame{&step, &frame_gone};  // destroyed after the spark (declared first)
+      auto result = std::make_unique<int>(0);  // heap: ASan sees a write after free
+      auto s = capstan::par([&, r = result.get()] {
+        evaluations.fetch_add(1);
+        started = true;
+        *r = go.take() + 1;  // runs long: until main puts
+        spark_finished = ++step;
+        return *r;
+      });
+      until_started(started);
+      try {
+        s.get();
+      } catch (const capstan::thread_killed&) {
+        get_threw_killed = true;
+        throw;
+      }
+      ADD_FAILURE() << "get() returned";
+    });
+    until_started(started);
+    while (capstan::state_of(maker) != capstan::thread_state::blocked) capstan::yield();
+    capstan::kill_thread(maker);  // returns once raised: the spark still runs
+    kill_returned = ++step;
+    EXPECT_EQ(spark_finished, 0) << "kill_thread waited for the spark";
+    // The maker now waits, unwinding, in ~spark: not interruptible.
+    while (capstan::state_of(maker) != capstan::thread_state::blocked) capstan::yield();
+    EXPECT_EQ(frame_gone, 0) << "the maker's frame died under a running spark";
+    go.put(41);
+    while (capstan::state_of(maker) != capstan::thread_state::died) capstan::yield();
+  });
+  EXPECT_TRUE(get_threw_killed);
+  EXPECT_EQ(evaluations.load(), 1);
+  EXPECT_EQ(kill_returned, 1);
+  EXPECT_EQ(spark_finished, 2);
+  EXPECT_EQ(frame_gone, 3);
+  auto st = capstan::statistics();
+  EXPECT_EQ(st.sparks.created, 1u);
+  EXPECT_EQ(st.sparks.converted, 1u);
+  EXPECT_EQ(st.threads_killed, 1u);
+  EXPECT_EQ(st.async_exceptions, 1u);
+}
+
+// A timeout interrupts get() on a stolen spark; the spark runs on, and a
+// second get() waits for it and returns its result.
+TEST_F(SparkSteal, AnInterruptedGetLeavesTheSparkToTheNextGet) {
+  int got = 0;
+  bool timed_out = false;
+  std::atomic<int> evaluations{0};
+  run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> go;
+    std::atomic<bool> started{false};
+    auto s = capstan::par([&] {
+      evaluations.fetch_add(1);
+      started = true;
+      return go.take() + 1;
+    });
+    until_started(started);
+    timed_out = !capstan::timeout(std::chrono::milliseconds(1), [&] { return s.get(); });
+    capstan::fork_io([&] { go.put(41); });
+    got = s.get();
+  });
+  EXPECT_TRUE(timed_out);
+  EXPECT_EQ(got, 42);
+  EXPECT_EQ(evaluations.load(), 1);
+  EXPECT_EQ(capstan::statistics().sparks.converted, 1u);
+}
+
+// Under uninterruptible_mask the wait is not interrupted: the kill lands
+// once the spark has finished and the mask is gone.
+TEST_F(SparkSteal, UninterruptibleMaskDefersTheKillPastTheSpark) {
+  std::atomic<int> step{0};
+  int got_at = 0, kill_returned = 0, got = 0;
+  run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> go;
+    std::atomic<bool> started{false};
+    capstan::thread_id maker = capstan::fork_on(0, [&] {
+      auto s = capstan::par([&] {
+        started = true;
+        return go.take() + 1;
+      });
+      until_started(started);
+      capstan::uninterruptible_mask([&] {
+        got = s.get();
+        got_at = ++step;
+      });
+      capstan::yield();  // the kill lands here
+      ADD_FAILURE() << "not killed";
+    });
+    until_started(started);
+    while (capstan::state_of(maker) != capstan::thread_state::blocked) capstan::yield();
+    std::atomic<bool> killing{false};
+    capstan::fork_io([&] {
+      // Put once the kill is (most likely) pending: it must not end the wait.
+      while (!killing.load()) capstan::yield();
+      for (int i = 0; i < 100; ++i) capstan::yield();
+      go.put(41);
+    });
+    killing = true;
+    capstan::kill_thread(maker);
+    kill_returned = ++step;
+  });
+  EXPECT_EQ(got, 42);
+  EXPECT_EQ(got_at, 1);
+  EXPECT_EQ(kill_returned, 2);
 }
 
 TEST_F(SparkShutdown, SparksLeftInPoolsAreCountedGcdAndNeverRun) {

@@ -21,7 +21,7 @@ struct waiter {
   // for thread dumps, the event trace and gdb (never for control flow).
   enum what_t : std::uint8_t {
     mvar, chan, mutex, shared_mutex, condition_variable, semaphore, latch, barrier,
-    wait_group, future, throw_to, runtime_event
+    wait_group, future, throw_to, runtime_event, spark
   };
 
   waiter() = default;
@@ -35,6 +35,7 @@ struct waiter {
   what_t what = mvar;      // next to kind: the runtime copies both in one store
   outcome_t outcome = served;
   bool timed = false;      // take_for: a timer may end the wait (Note [Timed takes])
+  bool shielded = false;   // park_shielded: only a serve ends the wait
 };
 
 // Note [Waking after unlock]
@@ -116,6 +117,11 @@ class mvar_core {
   // park_timed is park for a waiter that a timer ends after `ns`: true if
   // served, false if the time-out dequeued it.  See Note [Timed takes].
   bool park_timed(waiter& w, long long ns);
+  // park_shielded is park for a wait that must not throw (a destructor's):
+  // only a serve() ends it (w.shielded).  Throwers queue their exception
+  // for the next safe point, the shutdown killer and deadlock detection
+  // pass it by.  For waits whose waker is known to come (a running spark).
+  void park_shielded(waiter& w);
   // serve dequeues waiter w (lock held) and settles it; its slot must
   // already hold the value (or have been read).  Returns its thread, to be
   // woken after unlock.  See Note [Waking after unlock].
