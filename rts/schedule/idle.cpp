@@ -26,27 +26,35 @@
 //
 // Note [Spinning only on a free CPU]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Spinning pays only while a CPU would otherwise sit unused.  With more
-// capabilities than CPUs (+RTS -N8 on 2 cores, or two programs at once) an
-// idle capability that spins takes its CPU from a busy one: parfib 38 20
-// took 36 ms at -N2, 42 ms at -N4 and 67 ms at -N8 on 2 cores, the spinners
-// (and the thieves they became) taking turns with the workers.  So an idle
-// capability spins only while
-//     busy capabilities + those already spinning < CPUs in our affinity mask
-// (rt.n_cpus, read once at start); otherwise it looks once (inbox, sparks,
-// stalls) and goes to sleep.  Go's scheduler has the same rule in another
-// form (no more spinning Ms than busy Ps, and GOMAXPROCS defaults to the CPU
-// count).  par() wakes a sleeper for sparks under the same rule
-// (spark_wake_sleeper, Note [Waking capabilities for sparks]): sparks are
-// speculative, and waking more capabilities than there are CPUs only makes
-// the kernel time-slice them.  Threads sent to a capability still wake it
-// at once (notify_capability): those are not speculative, and the sleep
+// Hunting for sparks pays only while a CPU would otherwise sit unused.
+// With more capabilities than CPUs (+RTS -N8 on 2 cores, or two programs at
+// once) an idle capability that asks for sparks, and keeps spinning while
+// sparks wait elsewhere, takes its CPU from a busy one: parfib 38 20 took
+// 36 ms at -N2, 42 ms at -N4 and 67 ms at -N8 on 2 cores, the hunters (and
+// the thieves they became) taking turns with the workers.  So an idle
+// capability hunts - asks for sparks, spins on while sparks wait - only
+// while
+//     busy capabilities + those already hunting < CPUs in our affinity mask
+// (rt.n_cpus, read once at start; rt.n_spinning counts the hunters).  Go's
+// scheduler has the same rule in another form (no more spinning Ms than
+// busy Ps, and GOMAXPROCS defaults to the CPU count).  par() wakes a
+// sleeper for sparks under the same rule (spark_wake_sleeper, Note [Waking
+// capabilities for sparks]): sparks are speculative, and waking more
+// capabilities than there are CPUs only makes the kernel time-slice them.
+// The first kSpinNs of watching the inbox stay unconditional: threads sent
+// to a capability are not speculative, and a futex wake-up costs 5-24 us.
+// A first version that slept at once without a free CPU made shutdown's
+// kill storm at -N4/-N8 (100,000 threads killed across the capabilities)
+// pay a wake-up per kill (and, then, outlast shutdown's grace period).
+// A hunter yields its CPU every 20 us (Note [Yielding the CPU while
+// spinning]), so its spell costs a busy neighbour little.  Threads sent to a
+// capability still wake it at once (notify_capability), and the sleep
 // hand-shake above is unchanged.
 // The counts are relaxed hints, read without a fence: a stale read lets one
 // capability too many spin for one spell of kSpinNs, or sends one to sleep
 // that the next par() or the ticker wakes.  Nothing waits on them, so no
 // wake-up can be lost through them.  At -N1 and at -N2 on two CPUs the rule
-// never stops a spin (busy + spinning <= 1 < 2), so those rows cannot change.
+// never stops a hunt (busy + hunting <= 1 < 2), so those rows cannot change.
 //
 // Note [Yielding the CPU while spinning]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -55,11 +63,14 @@
 // there for milliseconds while the other CPU idles.  In about one run in
 // ten of nqueens 12 3 at -N2, capability 0 computed at under half speed
 // (busy 15 ms for 5.5 ms of work) while capability 1 spun and asked for
-// sparks next to it.  So a spinner calls sched_yield() every kLookGapNs
-// (20 us), and a thief waiting for an answer every 64 turns: when it shares
-// its CPU the busy thread gets it back at once; when it does not, a yield
-// costs a system call (well under a microsecond) per 20 us of spinning.
-// Once the spinner sleeps, its next wake-up places it on an idle CPU.
+// sparks next to it.  So a hunting spinner calls sched_yield() every
+// kLookGapNs (20 us), and a thief waiting for an answer every 64 turns:
+// when it shares its CPU the busy thread gets it back at once; when it does
+// not, a yield costs a system call (well under a microsecond) per 20 us of
+// spinning.  Once the spinner sleeps, its next wake-up places it on an idle
+// CPU.  A spinner that only watches its inbox does not yield: in shutdown's
+// kill storm at -N4 (threads sent to every capability at once) yielding
+// spinners took 10 us per killed thread instead of 3-5.
 #include "schedule/idle.hpp"
 
 #include <sched.h>
@@ -134,33 +145,32 @@ void idle(Task* task, Capability* cap) {
     // ask costs the victim a poll, so thieves back off) and, every
     // kLookGapNs, for a stalled capability's threads (Note [Stealing from a
     // stalled capability]).
-    // Without a free CPU the loop below runs one pass of 64 turns (an inbox
-    // check, a spark search and a look for stalls) and we sleep.
-    bool spin = watching || may_spin();
-    if (spin) rt.n_spinning.fetch_add(1, std::memory_order_relaxed);
-    std::int64_t spin_ns = spin ? kSpinNs : 0;
+    // Sparks are looked for only with a free CPU (Note [Spinning only on a
+    // free CPU]); the inbox is watched for kSpinNs regardless.
+    bool hunt = watching || may_spin();
+    if (hunt) rt.n_spinning.fetch_add(1, std::memory_order_relaxed);
     std::int64_t spin_start = now_ns();
     std::int64_t next_look = spin_start;
     StallLook look = StallLook::nothing;
     for (unsigned i = 0; !found; ++i) {
       if (inbox_or_stop(cap)) {
         found = true;
-      } else if ((i & 255) == 0 && try_sparks(cap)) {
+      } else if ((i & 255) == 0 && hunt && try_sparks(cap)) {
         found = true;
       } else if ((i & 63) == 63) {
         std::int64_t now = now_ns();
         if (now >= next_look) {
           next_look = now + kLookGapNs;
           if ((look = look_for_stalls(cap)) == StallLook::stole) found = true;
-          else sched_yield();  // Note [Yielding the CPU while spinning]
+          else if (hunt) sched_yield();  // Note [Yielding the CPU while spinning]
         }
-        if (!found && now - spin_start >= spin_ns) break;
+        if (!found && now - spin_start > kSpinNs) break;
       } else {
         poll_spark_requests(cap);
         cpu_relax();
       }
     }
-    if (spin) rt.n_spinning.fetch_sub(1, std::memory_order_relaxed);
+    if (hunt) rt.n_spinning.fetch_sub(1, std::memory_order_relaxed);
     if (found) break;
     // A stall being judged ends within kStallNs: keep spinning until then;
     // and a busy capability that just asked to be watched is (Note
@@ -171,7 +181,7 @@ void idle(Task* task, Capability* cap) {
     // Sparks elsewhere whose owner has not answered yet: keep trying for a
     // while (bounded: kSparkRounds spins), then sleep anyway; the ticker
     // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).
-    if (spin && round < kSparkRounds && any_sparks()) continue;
+    if (hunt && round < kSparkRounds && any_sparks()) continue;
     if (round == 0) cap->stacks.trim_idle();  // Note [Trimming when idle]
     cap->hold.store(Hold::sleeping, std::memory_order_seq_cst);
     if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {

@@ -19,7 +19,8 @@
 //  3. The main thread waits on rt.shutdown_events, which each finishing
 //     thread, each in-call leaving, and each tick (as a clock) pokes, and
 //     repeats 2 until only it is left and no in-call is in progress.  A thread that swallows thread_killed and blocks again is
-//     killed again; one that has not finished after kShutdownGrace is
+//     killed again; one that has not finished once kShutdownGrace has
+//     passed with no thread finishing is
 //     abandoned - its stack is freed without unwinding - and reported on
 //     stderr by id and label; so, at once, are threads blocked while
 //     unwinding once nothing can wake them (Note [Blocked while unwinding]).  A thread inside a safe call runs foreign code
@@ -199,8 +200,8 @@ void report_abandoned(bool stuck) {
                  static_cast<unsigned long long>(n), names.c_str(), n > 10 ? " ..." : "");
   else if (n)
     std::fprintf(stderr,
-                 "capstan: %llu thread(s) did not finish within %llds of shutdown (they caught "
-                 "thread_killed and carried on); abandoned without unwinding:%s%s\n",
+                 "capstan: %llu thread(s) did not finish within %llds of shutdown's last progress "
+                 "(they caught thread_killed and carried on); abandoned without unwinding:%s%s\n",
                  static_cast<unsigned long long>(n),
                  static_cast<long long>(kShutdownGrace.count()), names.c_str(),
                  n > 10 ? " ..." : "");
@@ -218,13 +219,23 @@ void shutdown_protocol() {
     interrupt_capability(c);
     notify_capability(c);
   }
+  // The grace period runs from the last time a thread finished: a machine
+  // slow to unwind 100,000 threads (-N8 on two cores took over a second)
+  // is making progress, and only a run with nobody finishing for
+  // kShutdownGrace has threads that refuse to die.
   auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+  std::uint64_t last_live = live_threads();
   bool reported_calls = false;
   rt.shutdown_stuck.store(false, std::memory_order_seq_cst);
   for (;;) {
     unsigned killed = 0;
     bool landed = kill_sweep(&killed);
-    if (live_threads() <= 1 && process.incalls.load(std::memory_order_seq_cst) == 0) break;
+    std::uint64_t live = live_threads();
+    if (live <= 1 && process.incalls.load(std::memory_order_seq_cst) == 0) break;
+    if (live < last_live) {  // progress: restart the grace period
+      last_live = live;
+      deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+    }
     // Note [Blocked while unwinding]: nothing can wake the rest.
     if (rt.shutdown_stuck.exchange(false, std::memory_order_seq_cst) && landed && killed == 0 &&
         process.incalls.load(std::memory_order_seq_cst) == 0 && safe_calls_in_progress(nullptr) == 0) {

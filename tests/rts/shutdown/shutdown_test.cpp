@@ -182,3 +182,43 @@ TEST_F(ShutdownPolicy, ForceIgnoresOutsideThreads) {
 }
 
 }  // namespace
+
+namespace {
+
+// Computes for about `us` microseconds in its destructor: a thread whose
+// unwinding is slow but finishes.
+struct SlowToDestroy {
+  std::atomic<int>* n;
+  long us;
+  ~SlowToDestroy() {
+    auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    n->fetch_add(1);
+  }
+};
+
+// Note [Shutdown]: the grace period runs from the last thread to finish.
+// Unwinding these threads, all on capability 1, takes longer than the grace
+// period in all, but one finishes every millisecond: nobody may be
+// abandoned.  (main, on capability 0, watches the clock meanwhile.)
+TEST_F(ShutdownPolicy, UnwindingThatKeepsFinishingOutlastsTheGracePeriod) {
+  constexpr int kThreads = 1300;  // ~1.3 s of destructors, grace 1 s
+  std::atomic<int> unwound{0};
+  capstan::mvar<int> never;
+  testing::internal::CaptureStderr();
+  run(capstan_test::opts(2), [&] {
+    for (int i = 0; i < kThreads; ++i)
+      capstan::fork_on(1, [&] {
+        SlowToDestroy s{&unwound, 1000};
+        never.take();
+      });
+    while (never.waiting() != static_cast<std::size_t>(kThreads)) capstan::yield();
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(unwound.load(), kThreads) << err;
+  EXPECT_EQ(capstan::statistics().threads_abandoned, 0u) << err;
+  EXPECT_EQ(err.find("did not finish"), std::string::npos) << err;
+}
+
+}  // namespace
