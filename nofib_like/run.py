@@ -114,13 +114,13 @@ HTTP = dict(binary="examples/http_hello", driver=HERE / "http.py",
 BENCHMARKS = [
     Benchmark("switch", (10_000_000,), (1_000_000,), "ns_per_switch", per_op=True),
     Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", per_op=True, min_reps=7),
-    Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread"),
+    Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread", per_op=True),
     Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop", per_op=True),
     # The sync primitives, each with its baselines in the same line.
     Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7, per_op=True,
               binary="nofib_like/mutex_bench"),
     Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", per_op=True, min_reps=7),
-    Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread"),
+    Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread", per_op=True),
     # Blocked threads: GHC's -N2 releases cost ~20 us each, and 1,000,000
     # threads took 4.4 GB and most of a minute per twin run.
     Benchmark("parked", (250_000,), (100_000,), "bytes_per_thread", per_op=True),
@@ -180,8 +180,8 @@ BENCHMARKS = [
     Benchmark("threads003", (20_000,), (2_000,), "ns_per_hop", per_op=True),
     # Threads blocked at exit (threads007: mvars, sleeps; shutdown: and fd
     # waits): time from main returning to run() returning, per thread.
-    Benchmark("threads007", (20_000,), (5_000,), "exit_ns"),
-    Benchmark("shutdown", (100_000,), (20_000,), "exit_ns"),
+    Benchmark("threads007", (20_000,), (5_000,), "exit_ns", per_op=True),
+    Benchmark("shutdown", (100_000,), (20_000,), "exit_ns", per_op=True),
     # Quick timeouts, then 1 ms expiries.
     Benchmark("timeout", (1_000_000, 200), (100_000, 50), "ns_per_timeout"),
     # Rounds; ms from main blocking to blocked_indefinitely.
