@@ -138,10 +138,13 @@ export ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:abort_on_erro
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # -g1 (line tables only): the reports keep file:line, and these two builds
-# compile about a quarter faster than with full debug info.
-build_suite build-asan concurrency -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized -Dcpp_args=-g1
+# compile about a quarter faster than with full debug info.  -O1, the level
+# the sanitizers' own documentation suggests: a heavy test compiles in
+# 10.8 s instead of 18.8 s under ASan+UBSan, and the two builds were most
+# of the suite's time.
+build_suite build-asan concurrency -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized -Doptimization=1 -Dcpp_args=-g1
 run_suite build-asan concurrency --no-rebuild
-build_suite build-tsan concurrency -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dcpp_args=-g1
+build_suite build-tsan concurrency -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Doptimization=1 -Dcpp_args=-g1
 # TSan needs the classic address-space layout; newer kernels randomise
 # mmap bases beyond what its shadow mapping accepts, so run without ASLR.
 if setarch "$(uname -m)" -R true 2>/dev/null; then
