@@ -260,6 +260,8 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   process.awaiting_incalls.store(true, std::memory_order_seq_cst);
   for (std::uint32_t n; (n = process.incalls.load(std::memory_order_seq_cst)) != 0;)
     futex_wait(&process.incalls, n);
+  // Note [Waking from outside] in schedule/block.cpp: a few instructions.
+  while (process.outside_wakers.load(std::memory_order_seq_cst) != 0) sched_yield();
   rt.ticker.stop();
   leave_signal_stack(task0);
   set_my_task(nullptr);

@@ -121,6 +121,8 @@ struct ProcessState {
   std::atomic<std::uint32_t> incalls{0};         // [atomic] call_in calls in progress (futex word)
   std::atomic<bool> accepting_incalls{false};    // [atomic] call_in allowed: Note [In-calls]
   std::atomic<bool> awaiting_incalls{false};     // [atomic] run_main waits for incalls to reach 0
+  std::atomic<std::uint32_t> outside_wakers{0};  // [atomic] OS threads without a Task inside wake():
+                                                 // Note [Waking from outside] in schedule/block.cpp
   std::uint64_t epoch = 0;                       // [start] run number, for foreign Tasks' TLS
   std::mutex last_stats_mu;
   runtime_statistics last_stats;                 // [lock:last_stats_mu] of the last finished run

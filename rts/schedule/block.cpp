@@ -59,6 +59,31 @@ void migrate_current_to(Capability* target) {
 // spread by Note [Pushing work] instead.  Wake-ups from an OS thread that
 // runs no green thread, or of locked threads, go to the thread's own
 // capability through its inbox.
+// Note [Waking from outside]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A plain OS thread (a try_put from a std::thread) wakes through the
+// inbox, and reads the capability (notify_capability) after its push - by
+// which time the woken thread may have run, main may have returned, and
+// run() may be freeing the capabilities (ThreadSanitizer caught exactly
+// that in the ticker test).  So such a waker counts itself in
+// process.outside_wakers (seq_cst) before its push and leaves after its
+// notify; run_main waits for the count to reach zero before it frees
+// anything.  The increment precedes the push, which precedes the woken
+// thread's run and everything after it, so run_main cannot miss a waker
+// that is still inside.  Runtime threads need no count: run() waits for
+// their OS threads anyway.
+namespace {
+struct OutsideWake {
+  bool outside;
+  explicit OutsideWake(bool o) noexcept : outside(o) {
+    if (outside) process.outside_wakers.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~OutsideWake() {
+    if (outside) process.outside_wakers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+};
+}  // namespace
+
 void wake(Thread* t) noexcept {
   if (rt.tracing) [[unlikely]]
     trace_wake(t);  // Note [Wake-up flows]
@@ -74,6 +99,7 @@ void wake(Thread* t) noexcept {
     }
   }
   Capability* target = t->cap;
+  OutsideWake guard(task == nullptr);  // Note [Waking from outside]
   target->inbox.push(t);
   notify_capability(target);
 }
@@ -89,6 +115,7 @@ void wake_home(Thread* t) noexcept {
     home->run_queue.push_back(t);
     return;
   }
+  OutsideWake guard(task == nullptr);  // Note [Waking from outside]
   home->inbox.push(t);
   notify_capability(home);
 }
