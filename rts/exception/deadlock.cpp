@@ -202,6 +202,21 @@ bool quiet() {
 }
 }  // namespace
 
+namespace {
+// confirmed: the second quiet tick in a row with no context switch between
+// them confirms what the first suspected; otherwise this tick suspects.
+bool confirmed(bool& suspected, std::uint64_t& seen) {
+  std::uint64_t sw = all_switches();
+  if (!suspected || sw != seen) {
+    suspected = true;
+    seen = sw;
+    return false;
+  }
+  suspected = false;
+  return true;
+}
+}  // namespace
+
 void deadlock_reset() { g_suspected = false; }
 
 DeadlockTick shutdown_tick() {
@@ -209,13 +224,7 @@ DeadlockTick shutdown_tick() {
     g_shutdown_suspected = false;
     return DeadlockTick::none;
   }
-  std::uint64_t sw = all_switches();
-  if (!g_shutdown_suspected || sw != g_shutdown_seen) {
-    g_shutdown_suspected = true;
-    g_shutdown_seen = sw;
-    return DeadlockTick::suspected;
-  }
-  g_shutdown_suspected = false;
+  if (!confirmed(g_shutdown_suspected, g_shutdown_seen)) return DeadlockTick::suspected;
   if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0)
     return DeadlockTick::stood_down;  // the grace period decides
   rt.shutdown_stuck.store(true, std::memory_order_seq_cst);
@@ -228,13 +237,7 @@ DeadlockTick deadlock_tick() {
     g_suspected = false;
     return DeadlockTick::none;
   }
-  std::uint64_t sw = all_switches();
-  if (!g_suspected || sw != g_seen_switches) {
-    g_suspected = true;
-    g_seen_switches = sw;
-    return DeadlockTick::suspected;
-  }
-  g_suspected = false;
+  if (!confirmed(g_suspected, g_seen_switches)) return DeadlockTick::suspected;
   if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0) {
     rt.deadlock_stood_down.add();
     return DeadlockTick::stood_down;
