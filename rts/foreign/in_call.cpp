@@ -54,9 +54,10 @@ struct InCallClosure {
   void (*fn)(void*);
   void* ctx;
 };
-void incall_invoke(void* p) {
+bool incall_invoke(void* p) {
   auto* c = static_cast<InCallClosure*>(p);
   c->fn(c->ctx);
+  return true;
 }
 void incall_destroy(void*) noexcept {}
 constexpr closure_ops kInCallOps{&incall_invoke, &incall_destroy};

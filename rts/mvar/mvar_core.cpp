@@ -79,6 +79,9 @@ void after_wait(waiter& w, Thread* cur) {
     case waiter::killed: throw thread_killed{};
     case waiter::orphaned: throw blocked_indefinitely{};
     case waiter::interrupted: rts::raise_interrupted(cur);
+    case waiter::kill_raised:  // See Note [Where a kill is caught] (schedule/fork.cpp)
+      rts::count_raised();
+      throw thread_killed{};
   }
 }
 

@@ -121,7 +121,7 @@ struct MainClosure {
   void* ctx;
 };
 
-void main_invoke(void* p) {
+bool main_invoke(void* p) {
   auto* c = static_cast<MainClosure*>(p);
   if (rt.opts.dump_on_sigquit) {
     // The IO manager's loop turns SIGQUIT into a thread dump; without it
@@ -135,6 +135,7 @@ void main_invoke(void* p) {
   }
   c->fn(c->ctx);  // run<>'s wrapper: catches everything main throws
   shutdown_protocol();
+  return true;
 }
 void main_destroy(void*) noexcept {}
 constexpr detail::closure_ops kMainOps{&main_invoke, &main_destroy};

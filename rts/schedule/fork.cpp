@@ -1,9 +1,12 @@
 // fork.cpp - a green thread's life as the scheduler sees it: made
 // runnable (fork_io, fork_on, fork_os), started (thread_entry), finished.
 // Allocation, ids and teardown of the Thread object are thread/threads.cpp.
+#include <cxxabi.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <typeinfo>
 
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
@@ -62,6 +65,22 @@ void notify_shutdown() {
 
 }  // namespace
 
+// Note [Where a kill is caught]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Unwinding costs per frame walked, twice (the search phase and the
+// cleanup phase each walk from the throw to the handler): about 550 ns a
+// frame with a destructor on this machine (docs/benchmarks.md, "What a frame
+// costs").  A killed thread's walk ends at the first frame with a handler,
+// so the handler sits as near the user's frames as the runtime can put it:
+// in ops_for<F>::invoke (detail/bridge.hpp), which calls the closure
+// directly, rather than here in thread_entry, one frame further up.  invoke
+// catches everything, keeps only an exact thread_killed (read from the
+// exception's type_info, without a rethrow) and rethrows the rest, which
+// thread_entry's handlers below settle as before; those are rare (a thread
+// dying of an error, blocked_indefinitely).  A blocked thread that is killed
+// throws a fresh thread_killed from the wait itself (waiter::kill_raised,
+// Note [Raising asynchronously] in schedule/raise.cpp), so its walk is the
+// throw, the wait's frame, the user's frames and invoke.
 [[noreturn]] void thread_entry(void* arg) {
   if (rt.sanitizers && san::asan()) [[unlikely]]
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
@@ -78,8 +97,12 @@ void notify_shutdown() {
       // An exception thrown before the thread ever ran is raised here, so
       // an unmasked thread killed early never runs its body (as in GHC).
       raise_pending(self, false);
-      self->ops->invoke(self->closure);
-      died = false;
+      if (self->ops->invoke(self->closure)) {
+        died = false;
+      } else {  // killed, caught in invoke: Note [Where a kill is caught]
+        my_task()->cap->threads_killed.add();
+        self->trace_killed = true;
+      }
     } catch (const thread_killed&) {
       my_task()->cap->threads_killed.add();
       self->trace_killed = true;
@@ -185,6 +208,13 @@ thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
 }
 
 void thread_discard(rts::Thread* thread) noexcept { rts::discard_thread(thread); }
+
+bool caught_thread_killed() noexcept {
+  // See Note [Where a kill is caught].  Null for a foreign exception (a
+  // forced unwind, say): not ours, rethrown.
+  const std::type_info* t = abi::__cxa_current_exception_type();
+  return t && *t == typeid(thread_killed);
+}
 
 thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
   return rts::start_thread(thread, ops, cap);

@@ -13,7 +13,9 @@
 //    is interruptible even when masked): the thrower takes T's waiter off
 //    the mvar's queue (trying the mvar lock, as Note [Killing a blocked
 //    thread] does), sets its outcome to `interrupted`, hands T the
-//    exception (Thread::raised) and wakes it.  T's park() rethrows it.  As
+//    exception (Thread::raised) and wakes it.  T's park() rethrows it (a
+//    kill_thread's thread_killed is the exception: the outcome is then
+//    `kill_raised` and T throws a fresh thread_killed instead).  As
 //    with every wake-up, exactly one party dequeues the waiter, so the
 //    thread leaves the queue exactly once and a racing put either served it
 //    first (then the exception waits on the pending list below, and T keeps
@@ -55,6 +57,7 @@
 #include <exception>
 #include <vector>
 
+#include "capstan/async_exception.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/thread.hpp"
 #include "capstan/errors.hpp"
@@ -114,10 +117,18 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) no
       }
       detail::waiter* w = t->waiter;
       mv->remove(*w);
-      w->outcome = detail::waiter::interrupted;
       t->blocked_on = nullptr;
       t->waiter = nullptr;
-      t->raised = m->ex;
+      if (m->ex == detail::thread_killed_ptr()) {
+        // A kill: T throws a fresh thread_killed from its wait, not a
+        // rethrow of the one shared exception object (whose count every
+        // rethrow would bump, from every core), and one frame nearer its
+        // handler (Note [Where a kill is caught] in schedule/fork.cpp).
+        w->outcome = detail::waiter::kill_raised;
+      } else {
+        w->outcome = detail::waiter::interrupted;
+        t->raised = m->ex;
+      }
       t->wait_lock.unlock();
       mv->unlock();  // before waking: T may destroy the mvar as it unwinds
       m->outcome = ThrowMsg::raised;
@@ -164,8 +175,11 @@ void raise_msg(ThrowMsg* m) {
   m->outcome = ThrowMsg::raised;
   if (m->on_done) m->on_done(m);
   my_task()->cap->async_raised.add();
+  if (ex == detail::thread_killed_ptr()) throw thread_killed{};  // as kill_raised does
   std::rethrow_exception(std::move(ex));
 }
+
+void count_raised() noexcept { my_task()->cap->async_raised.add(); }
 
 void raise_interrupted(Thread* cur) {
   std::exception_ptr ex = std::move(cur->raised);

@@ -35,6 +35,8 @@ ThrowMsg* pop_raisable(Thread* cur, bool blocking) noexcept;
 // raise_interrupted rethrows the exception that interrupted cur's wait
 // (waiter::interrupted; Thread::raised), counting it.
 [[noreturn]] void raise_interrupted(Thread* cur);
+// count_raised counts one asynchronous exception raised on this capability.
+void count_raised() noexcept;
 
 enum class Posted : std::uint8_t {
   gone,    // the thread has finished (or never existed in this run): nothing done

@@ -154,7 +154,7 @@ struct SparkThreadClosure {
   spark_base* first;
 };
 
-void spark_thread_invoke(void* p) {
+bool spark_thread_invoke(void* p) {
   spark_base* s = static_cast<SparkThreadClosure*>(p)->first;
   while (s) {
     if (rt.shutting_down.load(std::memory_order_relaxed)) {
@@ -162,7 +162,7 @@ void spark_thread_invoke(void* p) {
       Capability* cap = my_task()->cap;
       cancel(cap, s);
       while (cap->n_stolen_sparks) cancel(cap, cap->stolen_sparks[--cap->n_stolen_sparks]);
-      return;
+      return true;
     }
     my_task()->cap->sparks_converted.add();
     s->run(s);  // catches the closure's exceptions into the spark
@@ -178,6 +178,7 @@ void spark_thread_invoke(void* p) {
     }
     s = find_spark(cap);
   }
+  return true;
 }
 void spark_thread_destroy(void*) noexcept {}
 

@@ -22,14 +22,31 @@ inline constexpr int kAnyCapability = -1;
 inline constexpr int kBoundOsThread = -2;  // fork_os
 
 // How the runtime runs and destroys a closure stored inside a thread.
+// invoke returns true if the closure returned, false if it ended by
+// thread_killed (caught there); any other exception propagates.
 struct closure_ops {
-  void (*invoke)(void* closure);
+  bool (*invoke)(void* closure);
   void (*destroy)(void* closure) noexcept;
 };
 
+// caught_thread_killed: inside a catch (...) handler, is the exception
+// being handled exactly a thread_killed?  (No rethrow: it reads the type.)
+bool caught_thread_killed() noexcept;
+
 template <class Fn>
 struct ops_for {
-  static void invoke(void* p) { (*static_cast<Fn*>(p))(); }
+  // The catch is here rather than in the runtime's thread_entry so that a
+  // killed thread's unwinding stops one frame sooner: see Note [Where a
+  // kill is caught] in rts/schedule/fork.cpp.
+  static bool invoke(void* p) {
+    try {
+      (*static_cast<Fn*>(p))();
+      return true;
+    } catch (...) {
+      if (!caught_thread_killed()) throw;
+      return false;
+    }
+  }
   static void destroy(void* p) noexcept { static_cast<Fn*>(p)->~Fn(); }
   static constexpr closure_ops value{&invoke, &destroy};
 };

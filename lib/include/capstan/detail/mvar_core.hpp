@@ -16,7 +16,9 @@ struct waiter {
   // What ended the wait other than a value: set by the runtime, read by the
   // woken thread after park() returns.
   // interrupted: an asynchronous exception (Thread::raised) ended the wait.
-  enum outcome_t : std::uint8_t { served, killed, orphaned, timed_out, interrupted };
+  // kill_raised: kill_thread ended the wait (a fresh thread_killed is
+  // thrown, counted as an asynchronous exception); killed: shutdown did.
+  enum outcome_t : std::uint8_t { served, killed, orphaned, timed_out, interrupted, kill_raised };
   // What the blocked thread waits in: the primitive that built this waiter,
   // for thread dumps, the event trace and gdb (never for control flow).
   enum what_t : std::uint8_t {
