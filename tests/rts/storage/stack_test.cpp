@@ -63,6 +63,40 @@ TEST(StackArena, EveryStackHasAGuardPageBelowIt) {
   arena.release_all();
 }
 
+// Note [Releasing stacks in runs]: a batch of neighbours is released with
+// one madvise over the run, guard pages included.  The guards must survive
+// it, and a stack between two released ones that is still in use must keep
+// its memory.
+TEST(StackArena, ReleasingARunKeepsTheGuardsBetween) {
+  StackArena arena;
+  arena.configure(64 * 1024);
+  std::vector<char*> stacks;
+  for (int i = 0; i < 9; ++i) stacks.push_back(static_cast<char*>(arena.allocate()));
+  std::sort(stacks.begin(), stacks.end());
+  for (char* s : stacks) std::memset(s, 1, 64 * 1024);
+  // Give back 0-3 and 5-8, in a shuffled order; 4 stays in use.
+  std::vector<void*> back{stacks[7], stacks[1], stacks[3], stacks[0], stacks[8],
+                          stacks[2], stacks[6], stacks[5]};
+  arena.give_back(back.data(), back.size());
+  for (int i = 0; i < 9; ++i) {
+    if (i == 4) {
+      EXPECT_EQ(resident_pages(stacks[i], 64 * 1024), 16u) << "a stack in use lost memory";
+      EXPECT_EQ(stacks[i][100], 1);
+    } else {
+      EXPECT_EQ(resident_pages(stacks[i], 64 * 1024), 0u) << "stack " << i << " kept its memory";
+    }
+  }
+  // Every guard between the released stacks still faults.
+  for (int i = 1; i < 9; ++i) {
+    char* s = stacks[i];
+    EXPECT_TRUE(arena.is_guard_page(s - 1, s));
+    if (arena.guard_mode() == StackArena::GuardMode::madvise_guard) {
+      EXPECT_DEATH({ s[-100] = 1; }, "") << "guard below stack " << i << " was lost";
+    }
+  }
+  arena.release_all();
+}
+
 TEST(StackPool, ReusesTheHottestStackFirst) {
   StackArena arena;
   arena.configure(64 * 1024);
