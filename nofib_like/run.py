@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the nofib_like benchmarks against their GHC twins and print one table.
 
-    python3 nofib_like/run.py --build-dir build [--reps 5] [--quick]
+    python3 nofib_like/run.py --build-dir build [--reps 3] [--quick]
         [--only prog,prog] [--no-ghc] [--markdown FILE] [--json FILE]
         [--caps 1,2,4,8] [--run-seconds S] [--timeout SECONDS] [--dry-run]
 
@@ -113,13 +113,13 @@ HTTP = dict(binary="examples/http_hello", driver=HERE / "http.py",
 # times with different arguments (each is its own row).
 BENCHMARKS = [
     Benchmark("switch", (10_000_000,), (1_000_000,), "ns_per_switch", per_op=True),
-    Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", per_op=True, min_reps=7),
+    Benchmark("pingpong", (2_000_000,), (200_000,), "ns_per_handoff", per_op=True, min_reps=5),
     Benchmark("threads001", (1_000_000,), (100_000,), "ns_per_thread", per_op=True),
     Benchmark("ring", (10_000_000,), (1_000_000,), "ns_per_hop", per_op=True),
     # The sync primitives, each with its baselines in the same line.
-    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=7, per_op=True,
+    Benchmark("mutex", (4_000_000,), (400_000,), "ns_per_op", min_reps=5, per_op=True,
               binary="nofib_like/mutex_bench"),
-    Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", per_op=True, min_reps=7),
+    Benchmark("condvar", (1_000_000,), (100_000,), "ns_per_handoff", per_op=True, min_reps=5),
     Benchmark("waitgroup", (100_000,), (100_000,), "ns_per_thread", per_op=True),
     # Blocked threads: GHC's -N2 releases cost ~20 us each, and 1,000,000
     # threads took 4.4 GB and most of a minute per twin run.
@@ -129,21 +129,21 @@ BENCHMARKS = [
     # last short thread is done (alone_ms: the same threads, no hog).
     Benchmark("hog", (200, 300), (200, 100), "last_ms"),
     # n, threshold
-    Benchmark("parfib", (32, 2), (25, 2), "ms", spark=True),
-    Benchmark("parfib", (38, 20), (30, 12), "ms", spark=True),
+    Benchmark("parfib", (32, 2), (25, 2), "ms", spark=True, min_reps=5),
+    Benchmark("parfib", (38, 20), (30, 12), "ms", spark=True, min_reps=5),
     # n, spark depth
-    Benchmark("nqueens", (12, 3), (10, 3), "ms", spark=True),
+    Benchmark("nqueens", (12, 3), (10, 3), "ms", spark=True, min_reps=5),
     # n, cutoff
-    Benchmark("mergesort", (5_000_000, 10_000), (500_000, 10_000), "ms", spark=True),
+    Benchmark("mergesort", (5_000_000, 10_000), (500_000, 10_000), "ms", spark=True, min_reps=5),
     # tasks
-    Benchmark("balanced", (1024,), (128,), "ms", spark=True),
-    Benchmark("imbalanced", (1024,), (128,), "ms", spark=True),
+    Benchmark("balanced", (1024,), (128,), "ms", spark=True, min_reps=5),
+    Benchmark("imbalanced", (1024,), (128,), "ms", spark=True, min_reps=5),
     # n, steps
-    Benchmark("heat", (512, 400), (128, 100), "ms", spark=True),
+    Benchmark("heat", (512, 400), (128, 100), "ms", spark=True, min_reps=5),
     # n, out-degree; ratio = seq_ms / ms, a speed-up
-    Benchmark("bfs", (1_000_000, 16), (100_000, 16), "ms", spark=True,
+    Benchmark("bfs", (1_000_000, 16), (100_000, 16), "ms", spark=True, min_reps=5,
               higher_is_better=("ratio",)),
-    Benchmark("sieve", (2_000_000,), (200_000,), "ms", spark=True),
+    Benchmark("sieve", (2_000_000,), (200_000,), "ms", spark=True, min_reps=5),
     # Foreign calls.  safecall: calls, green threads; its twin's callee is
     # the very C file the C++ program links.
     Benchmark("safecall", (5_000_000, 1), (500_000, 1), "added_ns", per_op=True,
@@ -155,7 +155,7 @@ BENCHMARKS = [
     # Blocking 200 ms calls.  The twin's computing thread never allocates,
     # so without -fno-omit-yields it would pass no safe point at all (the
     # C++ program calls yield_point() instead).
-    Benchmark("overlap", (10,), (3,), "return_latency_us",
+    Benchmark("overlap", (5,), (3,), "return_latency_us",
               higher_is_better=("overlap_percent", "work_percent"),
               twin_c_sources=("haskell/overlap_stubs.c",),
               twin_flags=("-fno-omit-yields",)),
@@ -191,8 +191,8 @@ BENCHMARKS = [
     # the chan with writer and reader on different capabilities (-N2).
     Benchmark("chan", (10_000_000,), (1_000_000,), "items_per_s", per_op=True,
               higher_is_better=("items_per_s", "mvar_items_per_s", "split_items_per_s")),
-    Benchmark("http", (64, 4), (64, 2), "req_per_s", max_reps=3, **HTTP),
-    Benchmark("http", (1000, 4), (1000, 2), "req_per_s", max_reps=3, **HTTP),
+    Benchmark("http", (64, 2), (64, 2), "req_per_s", max_reps=3, **HTTP),
+    Benchmark("http", (1000, 2), (1000, 2), "req_per_s", max_reps=3, **HTTP),
 ]
 CAPS = (1, 2, 4, 8)  # --caps: -N4 and -N8 on this 2-core machine check oversubscription
 OVER_REPS = 3        # repetitions per series above -N2 (at most)
@@ -616,7 +616,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build-dir", required=True, type=Path)
     ap.add_argument("--reps", type=int, default=None,
-                    help="repetitions per cell (default 5, or 3 with --quick)")
+                    help="repetitions per cell (default 3; the spark programs, pingpong, "
+                         "mutex and condvar at least 5: their min_reps)")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes and 3 reps, for smoke testing")
     ap.add_argument("--only", default="",
@@ -642,7 +643,7 @@ def main():
                          "every benchmark, once per series) and run none")
     args = ap.parse_args()
 
-    reps = args.reps if args.reps is not None else (3 if args.quick else 5)
+    reps = args.reps if args.reps is not None else 3
     if reps < 1:
         ap.error("--reps must be at least 1")
     try:
