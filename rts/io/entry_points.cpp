@@ -36,19 +36,31 @@ std::int64_t deadline_after(long long ns) {
 // reference (and drops it after reading r->err); on unwinding
 // (thread_killed at shutdown) the reference goes to the IO thread with the
 // cancel message instead.
+//
+// The cancel is sent by a destructor rather than a catch-and-rethrow: a
+// rethrow starts the unwinder's search over from here, and most threads
+// that unwind through await are being killed at shutdown, where that
+// second search was a large part of each one's cost.
 int await(Request* r, IoWait what, std::int64_t arg) {
+  struct CancelUnlessDone {
+    Request* r;
+    Thread* me;
+    bool done = false;
+    ~CancelUnlessDone() {
+      me->io_wait = IoWait::none;
+      if (done) return;
+      // Note [No lost wake-ups] 3; Note [Quiet cancels at shutdown].
+      if (rt.shutting_down.load(std::memory_order_relaxed)) io.push_quiet(&r->cancel);
+      else io.push(&r->cancel);
+    }
+  };
   Thread* me = green_task()->cap->current;  // callers checked: a green thread
   me->io_wait = what;
   me->io_arg = arg;
-  try {
-    int outcome = r->box.take();
-    me->io_wait = IoWait::none;
-    return outcome;
-  } catch (...) {
-    me->io_wait = IoWait::none;
-    io.push(&r->cancel);  // Note [No lost wake-ups] 3
-    throw;
-  }
+  CancelUnlessDone guard{r, me};
+  int outcome = r->box.take();
+  guard.done = true;
+  return outcome;
 }
 
 Request* new_request(Op kind) {
@@ -171,6 +183,8 @@ void io_shutdown() noexcept { io.shutdown(); }
 std::size_t io_parked() noexcept { return io.parked(); }
 
 std::size_t io_timers() noexcept { return io.timers(); }
+
+std::uint64_t io_drains() noexcept { return io.drains(); }
 
 std::size_t io_queued() noexcept { return io.queued(); }
 

@@ -104,6 +104,11 @@ std::size_t io_queued() noexcept;
 // after a sleep of the caller's returned).
 std::size_t io_timers() noexcept;
 
+// io_drains is how many times the IO thread has been woken to take its
+// queue, over the life of the process (for tests: Note [Quiet cancels at
+// shutdown] in io_manager.cpp).
+std::uint64_t io_drains() noexcept;
+
 // For capstan::net (lib/net.cpp), which sees no scheduler internals:
 // io_on_green_thread: is the caller running a green thread?
 // io_others_runnable: does the caller's capability have other threads to

@@ -125,6 +125,14 @@ class IoManager {
     if (queue_.push(m)) uv_async_send(&async_);
   }
 
+  // push_quiet is push without the wake-up, for a cancel sent while the
+  // runtime shuts down: Note [Quiet cancels at shutdown] (io_manager.cpp).
+  // From a green thread only.
+  void push_quiet(Msg* m) noexcept {
+    queued_.fetch_add(1, std::memory_order_seq_cst);  // as push
+    quiet_.push(m);
+  }
+
   // throttle makes a thread that starts timers wait (yielding its OS
   // thread) while more than kMaxQueued messages are in flight, for at most
   // kMaxThrottleNs: Note [Cancelling a timer], backpressure.
@@ -149,6 +157,7 @@ class IoManager {
   std::size_t parked() const { return parked_.load(std::memory_order_acquire); }
   std::size_t timers() const { return timers_.load(std::memory_order_relaxed); }
   std::size_t queued() const { return queued_.load(std::memory_order_seq_cst); }
+  std::uint64_t drains() const { return drains_.load(std::memory_order_relaxed); }
 
   void shutdown() noexcept;
 
@@ -222,6 +231,10 @@ class IoManager {
 
   // The request queue: any thread pushes, the IO thread takes all.
   MpscStack<Msg, &Msg::next> queue_;
+  // Cancels pushed without a wake-up (push_quiet), taken at every drain.
+  MpscStack<Msg, &Msg::next> quiet_;
+  // [io thread writes] async callbacks so far (io_drains; relaxed: a count).
+  std::atomic<std::uint64_t> drains_{0};
 
   // Requests for any-thread fd messages when new fails.
   static constexpr int kReserve = 32;

@@ -372,6 +372,26 @@ TEST_P(IoManager, ShutdownWithThreadsParkedInTheIoManager) {
   EXPECT_TRUE(fd_is_open(p.r));  // shutdown does not close user fds
 }
 
+// Note [Quiet cancels at shutdown]: the threads killed at shutdown send
+// their cancels without waking the IO thread one by one, and none is lost
+// (every request is finished or dropped once run returns).
+TEST_P(IoManager, CancelsAtShutdownDoNotWakeTheIoThreadEach) {
+  Pipe p;
+  constexpr int kSleepers = 400, kReaders = 200;
+  std::uint64_t drains_at_exit = 0;
+  run([&] {
+    for (int i = 0; i < kSleepers; ++i) capstan::fork_io([] { capstan::sleep_for(1h); });
+    for (int i = 0; i < kReaders; ++i) capstan::fork_io([&] { capstan::wait_readable(p.r); });
+    ASSERT_TRUE(wait_parked(kSleepers + kReaders));
+    drains_at_exit = capstan::rts::io_drains();
+  });
+  std::uint64_t during_shutdown = capstan::rts::io_drains() - drains_at_exit;
+  EXPECT_EQ(capstan::statistics().threads_killed, static_cast<std::uint64_t>(kSleepers + kReaders));
+  // A wake-up per cancel would be 600; shutdown's own stop is one.
+  EXPECT_LE(during_shutdown, 10u);
+  EXPECT_EQ(capstan::rts::io_parked(), 0u);
+}
+
 TEST(IoManagerUsage, PlainOsThreadsGetUsageErrors) {
   auto check = [](auto f, const char* name) {
     try {
