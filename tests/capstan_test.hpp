@@ -7,6 +7,7 @@
 
 #include <capstan/capstan.hpp>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -169,6 +170,33 @@ class RuntimeTest : public ::testing::Test, protected CleanTeardown {};
 inline std::string caps_name(const ::testing::TestParamInfo<unsigned>& info) {
   return "N" + std::to_string(info.param);
 }
+
+// CpuPin pins the process to `k` CPUs of its affinity mask (the one it
+// is on first) for its lifetime: the runtime reads its CPU count from the
+// mask when it starts (Note [Spinning only on a free CPU]).  ok() is false
+// if the mask has fewer than k CPUs or the call failed.
+class CpuPin {
+ public:
+  explicit CpuPin(int k) {
+    if (sched_getaffinity(0, sizeof saved_, &saved_) != 0 || CPU_COUNT(&saved_) < k) return;
+    cpu_set_t want;
+    CPU_ZERO(&want);
+    CPU_SET(sched_getcpu(), &want);
+    for (int c = 0; c < CPU_SETSIZE && CPU_COUNT(&want) < k; ++c)
+      if (CPU_ISSET(c, &saved_)) CPU_SET(c, &want);
+    ok_ = sched_setaffinity(0, sizeof want, &want) == 0;
+  }
+  ~CpuPin() {
+    if (ok_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  CpuPin(const CpuPin&) = delete;
+  CpuPin& operator=(const CpuPin&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t saved_;
+  bool ok_ = false;
+};
 
 }  // namespace capstan_test
 

@@ -17,7 +17,20 @@
 //    from 97 to 189 ns per thread when every burst was split; see
 //    docs/benchmarks.md), while a queue that stays long is real work worth
 //    a second core.
-// Half of the waiting threads go, oldest first, to one idle capability;
+//  * a CPU is free for the target: busy capabilities are fewer than the
+//    CPUs in the affinity mask (rt.n_cpus), the rule of Note [Spinning only
+//    on a free CPU] in idle.cpp.  With more capabilities than CPUs (-N4 on
+//    two cores) a push to an idle capability when every CPU already runs a
+//    busy one only adds an OS thread for the kernel to time-slice in, and
+//    every hand-off between the two halves of the work then waits for it:
+//    threads003 at -N4 pushed 170,000-240,000 threads per capability and
+//    took 48 ns per hop against 19 ns at -N2.  With the rule, and the
+//    target below, 20 ns at -N4 and 19 ns at -N8 (docs/benchmarks.md).
+// Half of the waiting threads go, oldest first, to one idle capability -
+// one still spinning if there is one (awake: no futex wake-up), else the
+// lowest-numbered, so that the same few capabilities take the work and
+// the others stay asleep (a rotation from our own number, as before, woke
+// every capability in turn);
 // locked threads (fork_on, bound) never move.  A sequential chain of
 // hand-offs (ping-pong, a token ring) never has more than one thread
 // waiting, so it is never spread across capabilities, where every hand-off
@@ -36,13 +49,19 @@ constexpr std::int64_t kLongQueueNs = 50'000;
 }  // namespace
 
 void push_work(Capability* cap) {
+  unsigned busy = rt.n_caps - rt.n_idle.load(std::memory_order_relaxed);
+  if (busy >= rt.n_cpus) return;  // no free CPU: see the Note
+  // The target: an idle capability that is still spinning (awake: no
+  // futex wake-up), else the lowest-numbered idle one, so that the same
+  // few capabilities take the work and the rest stay asleep.
   Capability* target = nullptr;
-  for (unsigned i = 1; i < rt.n_caps; ++i) {
-    Capability* c = rt.caps[(cap->no + i) % rt.n_caps];
-    if (c->idle.load(std::memory_order_relaxed)) {
+  for (Capability* c : rt.caps) {
+    if (c == cap || !c->idle.load(std::memory_order_relaxed)) continue;
+    if (c->hold.load(std::memory_order_relaxed) == Hold::held) {  // spinning
       target = c;
       break;
     }
+    if (!target) target = c;
   }
   if (!target) return;
   std::size_t k = cap->run_queue.size() / 2;

@@ -2,8 +2,6 @@
 // capabilities than CPUs, an idle capability neither spins nor is woken for
 // sparks while every CPU has a busy capability; threads waiting behind a
 // stalled capability are still rescued.
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 
@@ -15,27 +13,6 @@ namespace {
 using capstan::rts::Hold;
 using capstan::rts::rt;
 using capstan_test::RuntimeTest;
-
-// OneCpu pins the process to the CPU it is on for its lifetime: the
-// runtime reads its CPU count from the affinity mask when it starts.
-class OneCpu {
- public:
-  OneCpu() {
-    ok_ = sched_getaffinity(0, sizeof saved_, &saved_) == 0;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(sched_getcpu(), &one);
-    ok_ = ok_ && sched_setaffinity(0, sizeof one, &one) == 0;
-  }
-  ~OneCpu() {
-    if (ok_) sched_setaffinity(0, sizeof saved_, &saved_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  cpu_set_t saved_;
-  bool ok_ = false;
-};
 
 // work keeps the CPU busy for about `n` microseconds' worth of arithmetic,
 // making no runtime call.
@@ -51,7 +28,7 @@ class Idle : public RuntimeTest {};
 // wake a sleeper (without the rule, the first par() wakes one, which steals
 // and converts sparks, time-slicing with main on the one CPU).
 TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
-  OneCpu pin;
+  capstan_test::CpuPin pin(1);
   ASSERT_TRUE(pin.ok()) << "sched_setaffinity failed";
   constexpr int kSparks = 4000;
   const long w = work(20);
@@ -86,7 +63,7 @@ TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
 // behind a thread that never reaches a safe point are taken by an idle
 // capability even when no CPU is free for it.
 TEST_F(Idle, AStallIsRescuedWithoutAFreeCpu) {
-  OneCpu pin;
+  capstan_test::CpuPin pin(1);
   ASSERT_TRUE(pin.ok()) << "sched_setaffinity failed";
   constexpr int kShort = 20;
   std::atomic<int> ran{0};
