@@ -188,6 +188,8 @@ std::size_t io_timers() noexcept { return io.timers(); }
 
 std::uint64_t io_drains() noexcept { return io.drains(); }
 
+void io_kick_quiet() noexcept { io.kick_quiet(); }
+
 std::size_t io_queued() noexcept { return io.queued(); }
 
 bool io_on_green_thread() noexcept { return green_task() != nullptr; }

@@ -382,17 +382,25 @@ void IoManager::on_async(uv_async_t* a) {
 // IO thread draining faster than they come, every cancel found the queue
 // empty and paid an eventfd write and a wake-up of the IO thread: about a
 // fifth of `shutdown 100000 -N1`'s exit (perf: eventfd_write 9-11 % of the
-// main thread's samples).  Nobody waits for a cancel to be handled, and
-// shutdown() drains everything before it closes the loop, so while the
-// runtime shuts down a cancel goes on quiet_ without a send: the next
-// drain takes it, whatever woke the loop (at the latest, shutdown()'s own
-// send).  Order: a cancel must be handled after its submit.  drain takes
-// quiet_ *before* queue_, and handles queue_'s messages first: a cancel on
-// quiet_ was pushed after its submit, so its submit was on queue_ before
-// that exchange, and is handled by this drain or was by an earlier one.
-// A cancel taken late meets a request that may have completed meanwhile:
-// the same race as an ordinary cancel's, settled by the request's
-// reference count.
+// main thread's samples).  No thread waits for its cancel, and shutdown()
+// drains everything before it closes the loop, so while the runtime shuts
+// down a cancel goes on quiet_ without a send, and the next drain takes it.
+// One party does watch them: shutdown's test for threads that nothing can
+// wake (Note [Blocked while unwinding]) sees a request as live until its
+// cancel is handled.  So the shutdown loop kicks the IO thread after each
+// sweep (io_kick_quiet: one send, if any cancel waits) - a wake-up per
+// sweep instead of one per cancel.
+// Order: a cancel must be handled after its submit.  drain takes quiet_
+// *before* queue_, and handles queue_'s messages first: a cancel on quiet_
+// was pushed after its submit, so its submit was on queue_ before that
+// exchange, and is handled by this drain or was by an earlier one.  A
+// cancel may be handled after *later* messages on queue_, though; the
+// only later message that touches its request's fd is a close (harmless:
+// the close ends the wait first) or, if the program closed the fd with
+// close(2) and a thread unwinding at shutdown waits on the reused number,
+// a new wait that shares the old entry until the cancel arrives.  A cancel
+// taken late meets a request that may have completed meanwhile: the same
+// race as an ordinary cancel's, settled by the request's reference count.
 void IoManager::drain() {
   // Quiet cancels first, then the queue: see Note [Quiet cancels at shutdown].
   Msg* quiet = quiet_.take_all_fifo();

@@ -104,6 +104,11 @@ std::size_t io_queued() noexcept;
 // after a sleep of the caller's returned).
 std::size_t io_timers() noexcept;
 
+// io_kick_quiet wakes the IO thread once if cancels sent while shutting
+// down wait for it (Note [Quiet cancels at shutdown]); the shutdown loop
+// calls it after each sweep.
+void io_kick_quiet() noexcept;
+
 // io_drains is how many times the IO thread has been woken to take its
 // queue, over the life of the process (for tests: Note [Quiet cancels at
 // shutdown] in io_manager.cpp).

@@ -132,6 +132,12 @@ class IoManager {
     queued_.fetch_add(1, std::memory_order_seq_cst);  // as push
     quiet_.push(m);
   }
+  // kick_quiet wakes the IO thread if quiet cancels wait (one wake-up for
+  // all of them).  From a green thread, before shutdown() (Note [Quiet
+  // cancels at shutdown]).
+  void kick_quiet() noexcept {
+    if (quiet_.maybe_nonempty()) uv_async_send(&async_);
+  }
 
   // throttle makes a thread that starts timers wait (yielding its OS
   // thread) while more than kMaxQueued messages are in flight, for at most

@@ -1,12 +1,9 @@
 // fork.cpp - a green thread's life as the scheduler sees it: made
 // runnable (fork_io, fork_on, fork_os), started (thread_entry), finished.
 // Allocation, ids and teardown of the Thread object are thread/threads.cpp.
-#include <cxxabi.h>
-
 #include <cstdio>
 #include <exception>
 #include <string>
-#include <typeinfo>
 
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
@@ -74,10 +71,12 @@ void notify_shutdown() {
 // so the handler sits as near the user's frames as the runtime can put it:
 // in ops_for<F>::invoke (detail/bridge.hpp), which calls the closure
 // directly, rather than here in thread_entry, one frame further up.  invoke
-// catches everything, keeps only an exact thread_killed (read from the
-// exception's type_info, without a rethrow) and rethrows the rest, which
-// thread_entry's handlers below settle as before; those are rare (a thread
-// dying of an error, blocked_indefinitely).  A blocked thread that is killed
+// catches only thread_killed (and classes derived from it, as the handler
+// below would); everything else - an error, blocked_indefinitely, a forced
+// unwind - passes it by to thread_entry's handlers, with no rethrow.  (A
+// catch (...) that sorted exceptions by their type_info was tried first: it
+// read garbage for a foreign exception, whose libstdc++ header is not a
+// __cxa_exception.)  A blocked thread that is killed
 // throws a fresh thread_killed from the wait itself (waiter::kill_raised,
 // Note [Raising asynchronously] in schedule/raise.cpp), so its walk is the
 // throw, the wait's frame, the user's frames and invoke.
@@ -209,12 +208,6 @@ thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
 
 void thread_discard(rts::Thread* thread) noexcept { rts::discard_thread(thread); }
 
-bool caught_thread_killed() noexcept {
-  // See Note [Where a kill is caught].  Null for a foreign exception (a
-  // forced unwind, say): not ours, rethrown.
-  const std::type_info* t = abi::__cxa_current_exception_type();
-  return t && *t == typeid(thread_killed);
-}
 
 thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
   return rts::start_thread(thread, ops, cap);

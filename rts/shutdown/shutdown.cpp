@@ -46,6 +46,7 @@
 
 #include "capstan/mvar.hpp"
 #include "capstan/thread.hpp"
+#include "io/io_manager.hpp"
 #include "mvar/event.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/raise.hpp"
@@ -277,6 +278,7 @@ void shutdown_protocol() {
     }
     // See Note [Main yields between sweeps].
     yield_current();
+    io_kick_quiet();  // Note [Quiet cancels at shutdown] in io/io_manager.cpp
     rt.shutdown_events->wait();  // a thread finished, or a tick passed
   }
   rt.stop.store(true, std::memory_order_seq_cst);

@@ -111,10 +111,7 @@ void StackArena::allocate_batch(std::vector<void*>& out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out.push_back(carve_locked());
 }
 
-void StackArena::give_back(void* const* stacks, std::size_t n) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (keep_memory_) {  // Note [Releasing stacks in runs]
+// Note [Releasing stacks in runs]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each madvise(MADV_DONTNEED) is a system call, a page-table walk and a TLB
 // flush (a shoot-down IPI to every other core running this process).  When
@@ -129,8 +126,10 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
 // to; checked by StackArena.ReleasingARunKeepsTheGuardsBetween in
 // tests/rts/storage/stack_test.cpp), an mprotect'ed guard has no pages to
 // drop, and an unguarded one was never touched.
-//
-// Note [Keeping stacks at shutdown]
+void StackArena::give_back(void* const* stacks, std::size_t n) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (keep_memory_) {  // Note [Keeping stacks at shutdown]
       warm_.insert(warm_.end(), stacks, stacks + n);
       return;
     }

@@ -22,7 +22,7 @@ long work(long n) {
   return x;
 }
 
-// fork_batch forks n threads of ~20 us each from main and waits for them:
+// fork_batch forks n threads of work(100) each from main and waits for them:
 // a queue that stays long for far more than the push delay (kLongQueueNs).
 void fork_batch(int n) {
   std::atomic<int> done{0};

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "capstan_test.hpp"
+#include "io/io_manager.hpp"
 
 extern "C" const char* __lsan_default_suppressions() {
   return "leak:abandoned_thread_body\n";  // see abandoned_thread_body
@@ -129,6 +130,39 @@ TEST_P(Shutdown, ABlockedUnwindingThreadNobodyWakesIsAbandonedAtOnce) {
   EXPECT_EQ(s.threads_killed, static_cast<std::uint64_t>(kOthers));
   // A generous bound, far below the 1 s grace period (quiet takes 2-3
   // ticks of 10 ms).
+  EXPECT_LT(shutdown_took, std::chrono::milliseconds(500));
+}
+
+// The same, with the other threads blocked in the IO manager (1 h sleeps):
+// their cancels, sent quietly while shutting down, must still reach the IO
+// thread, or the requests they end look live and the run never quiet
+// (Note [Quiet cancels at shutdown] in rts/io/io_manager.cpp).
+TEST_P(Shutdown, ABlockedUnwindingThreadAmongSleepersIsAbandonedAtOnce) {
+  expect_abandoned(1);
+  capstan::mvar<int> never, gate;  // outlive run(), as above
+  std::atomic<int> outer{0}, took{0}, others{0};
+  std::atomic<bool> blocked{false};
+  constexpr int kOthers = 20;
+  testing::internal::CaptureStderr();
+  std::chrono::steady_clock::time_point main_done;
+  run([&] {
+    auto t = capstan::fork_io([&] { abandoned_thread_body(&outer, &took, &blocked, &never, &gate); });
+    capstan::label_thread(t, "waits-in-destructor");
+    for (int i = 0; i < kOthers; ++i)
+      capstan::fork_io([&] {
+        Counted c{&others};
+        capstan::sleep_for(std::chrono::hours(1));
+      });
+    while (!blocked || gate.waiting() != 1 || capstan::rts::io_parked() != kOthers) capstan::yield();
+    main_done = std::chrono::steady_clock::now();
+  });
+  auto shutdown_took = std::chrono::steady_clock::now() - main_done;
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("nothing can wake them"), std::string::npos)
+      << "abandoned after the grace period, not once the run was quiet: " << err;
+  EXPECT_EQ(err.find("did not finish within"), std::string::npos) << err;
+  EXPECT_EQ(others.load(), kOthers) << "the sleepers were not all unwound";
+  EXPECT_EQ(capstan::statistics().threads_killed, static_cast<std::uint64_t>(kOthers));
   EXPECT_LT(shutdown_took, std::chrono::milliseconds(500));
 }
 

@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "capstan/errors.hpp"
+
 // The runtime's objects, opaque to the public headers (defined in rts/):
 // public code holds typed pointers to them and never looks inside.
 namespace capstan::rts {
@@ -29,10 +31,6 @@ struct closure_ops {
   void (*destroy)(void* closure) noexcept;
 };
 
-// caught_thread_killed: inside a catch (...) handler, is the exception
-// being handled exactly a thread_killed?  (No rethrow: it reads the type.)
-bool caught_thread_killed() noexcept;
-
 template <class Fn>
 struct ops_for {
   // The catch is here rather than in the runtime's thread_entry so that a
@@ -42,8 +40,7 @@ struct ops_for {
     try {
       (*static_cast<Fn*>(p))();
       return true;
-    } catch (...) {
-      if (!caught_thread_killed()) throw;
+    } catch (const thread_killed&) {
       return false;
     }
   }
