@@ -333,22 +333,39 @@ def sized_args(binary, bench, impl, args, caps, timeout, target):
     return (str(max(probe_n, round2(n * target / est))),) + tuple(args[1:])
 
 
-def run_series(binary, bench, impl, args, caps, reps, timeout):
-    """Run reps times.  Return (list of metric dicts, error or None);
-    the series stops at the first failure."""
+RESIZE_FACTOR = 4  # run_series: a per_op run this many times over target re-sizes
+
+
+def run_series(binary, bench, impl, args, caps, reps, timeout, target=None):
+    """Run reps times.  Return (list of metric dicts, error or None, the
+    arguments of the last run); the series stops at the first failure.
+    With `target` (a per_op series), a run that took over RESIZE_FACTOR x
+    target seconds cuts the operation count of the runs after it so that
+    each takes about target: a probe can be fast by luck (GHC's -N2 ring
+    ran its probe of 1/100 of the hops in under 20 ms, then each full run
+    in about 90 s), and per-operation figures stay comparable."""
     results = []
     for i in range(reps):
         print(f"  {bench.name:<10} N={caps} {impl:<7} {i + 1}/{reps}",
               end="", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
         try:
             m = run_once(binary, bench, impl, args, caps, timeout)
         except RunError as e:
             print(f"  FAIL: {e}", file=sys.stderr)
-            return results, str(e)
+            return results, str(e), args
+        took = time.monotonic() - t0
         print("  " + " ".join(f"{k}={show_value(v)}" for k, v in m.items()),
               file=sys.stderr)
         results.append(m)
-    return results, None
+        if target and took > RESIZE_FACTOR * target and i + 1 < reps:
+            n = int(args[0])
+            cut = max(1, round2(n * target / took))
+            if cut < n:
+                args = (str(cut),) + tuple(args[1:])
+                print(f"  {bench.name:<10} N={caps} {impl:<7} n={cut} for the rest"
+                      f" (that run took {took:.1f} s)", file=sys.stderr)
+    return results, None, args
 
 
 # ---------------------------------------------------------------- ghc twins
@@ -715,8 +732,9 @@ def main():
                     res, err = [], f"missing binary {binary}"
                 else:
                     run_args, res, err = prog_args, [], None
-                    if (bench.per_op and not args.quick
-                            and (impl == "ghc" or not bench.twin_only_sized)):
+                    sizing = (bench.per_op and not args.quick
+                              and (impl == "ghc" or not bench.twin_only_sized))
+                    if sizing:
                         try:
                             run_args = sized_args(binary, bench, impl, prog_args, caps,
                                                   args.timeout, args.run_seconds)
@@ -728,8 +746,11 @@ def main():
                                   file=sys.stderr)
                             sized[(bench, prog_args, caps, impl)] = run_args[0]
                     if not err:
-                        res, err = run_series(binary, bench, impl, run_args, caps,
-                                              caps_reps, args.timeout)
+                        res, err, last_args = run_series(
+                            binary, bench, impl, run_args, caps, caps_reps, args.timeout,
+                            args.run_seconds if sizing else None)
+                        if last_args != run_args:
+                            sized[(bench, prog_args, caps, impl)] = last_args[0]
                 if err:
                     failures.append((row_label(bench.name, prog_args), caps, impl, err))
                 series[impl] = (res, err)
