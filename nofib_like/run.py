@@ -210,6 +210,10 @@ class RunError(Exception):
     """One run did not produce a valid, checked result line."""
 
 
+class RunTimeout(RunError):
+    """A run that did not finish within its time limit."""
+
+
 # ---------------------------------------------------------------- running
 
 def parse_result(stdout):
@@ -264,7 +268,7 @@ def run_once(binary, bench, impl, args, caps, timeout):
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RunError(f"timeout after {timeout} s")
+        raise RunTimeout(f"timeout after {timeout} s")
     except OSError as e:
         raise RunError(f"cannot run: {e}")
     tail = " | ".join(p.stderr.strip().splitlines()[-3:])  # for messages
@@ -334,6 +338,7 @@ def sized_args(binary, bench, impl, args, caps, timeout, target):
 
 
 RESIZE_FACTOR = 4  # run_series: a per_op run this many times over target re-sizes
+STOP_FACTOR = 30   # ... and one this many times over it is stopped and re-run smaller
 
 
 def run_series(binary, bench, impl, args, caps, reps, timeout, target=None):
@@ -343,14 +348,28 @@ def run_series(binary, bench, impl, args, caps, reps, timeout, target=None):
     target seconds cuts the operation count of the runs after it so that
     each takes about target: a probe can be fast by luck (GHC's -N2 ring
     ran its probe of 1/100 of the hops in under 20 ms, then each full run
-    in about 90 s), and per-operation figures stay comparable."""
+    in about 90 s), and per-operation figures stay comparable.  A run that
+    reaches STOP_FACTOR x target is stopped and run again with 1/STOP_FACTOR
+    of the operations (at most three times), so one such run cannot cost
+    more than a few seconds either."""
     results = []
-    for i in range(reps):
+    limit = min(timeout, max(5.0, STOP_FACTOR * target)) if target else timeout
+    i = stops = 0
+    while i < reps:
         print(f"  {bench.name:<10} N={caps} {impl:<7} {i + 1}/{reps}",
               end="", file=sys.stderr, flush=True)
         t0 = time.monotonic()
         try:
-            m = run_once(binary, bench, impl, args, caps, timeout)
+            m = run_once(binary, bench, impl, args, caps, limit)
+        except RunTimeout as e:
+            n = int(args[0])
+            if not target or stops == 3 or n < STOP_FACTOR:
+                print(f"  FAIL: {e}", file=sys.stderr)
+                return results, str(e), args
+            stops += 1
+            args = (str(n // STOP_FACTOR),) + tuple(args[1:])
+            print(f"  stopped after {limit:g} s; again with n={args[0]}", file=sys.stderr)
+            continue
         except RunError as e:
             print(f"  FAIL: {e}", file=sys.stderr)
             return results, str(e), args
@@ -365,6 +384,7 @@ def run_series(binary, bench, impl, args, caps, reps, timeout, target=None):
                 args = (str(cut),) + tuple(args[1:])
                 print(f"  {bench.name:<10} N={caps} {impl:<7} n={cut} for the rest"
                       f" (that run took {took:.1f} s)", file=sys.stderr)
+        i += 1
     return results, None, args
 
 
