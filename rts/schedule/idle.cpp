@@ -70,7 +70,12 @@
 // spinning.  Once the spinner sleeps, its next wake-up places it on an idle
 // CPU.  A spinner that only watches its inbox does not yield: in shutdown's
 // kill storm at -N4 (threads sent to every capability at once) yielding
-// spinners took 10 us per killed thread instead of 3-5.
+// spinners took 10 us per killed thread instead of 3-5.  One woken by
+// wake_one_sleeper (for sparks, or to watch a busy capability: Note
+// [Stealing from a stalled capability]) does, free CPU or not: it was
+// called to look, not sent threads, and with more capabilities than CPUs
+// its spin is taken from a busy one (threads001 at -N8, whose long queues
+// call a watcher up to once a millisecond, lost 8 % without the yield).
 #include "schedule/idle.hpp"
 
 #include <sched.h>
@@ -139,6 +144,7 @@ void idle(Task* task, Capability* cap) {
   std::int64_t t0 = now_ns();
   bool found = false;
   bool watching = false;  // a stall was being judged when the last spin ended
+  bool called = false;    // woken by wake_one_sleeper: for sparks, or to watch
   for (unsigned round = 0; !found; ++round) {
     // Spin for kSpinNs watching the inbox, answering steal requests, and
     // looking for sparks (asking another capability every 256 turns: each
@@ -162,7 +168,7 @@ void idle(Task* task, Capability* cap) {
         if (now >= next_look) {
           next_look = now + kLookGapNs;
           if ((look = look_for_stalls(cap)) == StallLook::stole) found = true;
-          else if (hunt) sched_yield();  // Note [Yielding the CPU while spinning]
+          else if (hunt || called) sched_yield();  // Note [Yielding the CPU while spinning]
         }
         if (!found && now - spin_start > kSpinNs) break;
       } else {
@@ -199,6 +205,7 @@ void idle(Task* task, Capability* cap) {
     }
     detail::g_spark_sleepers.fetch_sub(1, std::memory_order_seq_cst);
     cap->hold.store(Hold::held, std::memory_order_relaxed);
+    called = cap->spark_wake.load(std::memory_order_relaxed);
     cap->spark_wake.store(false, std::memory_order_relaxed);
     found = inbox_or_stop(cap);  // else spin again: woken for sparks, or spuriously
   }
