@@ -92,19 +92,15 @@ void notify_shutdown() {
     my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
   } else {
     bool died = true;
+    bool killed = false;
     try {
       // An exception thrown before the thread ever ran is raised here, so
       // an unmasked thread killed early never runs its body (as in GHC).
       raise_pending(self, false);
-      if (self->ops->invoke(self->closure)) {
-        died = false;
-      } else {  // killed, caught in invoke: Note [Where a kill is caught]
-        my_task()->cap->threads_killed.add();
-        self->trace_killed = true;
-      }
+      // false: killed, caught in invoke (Note [Where a kill is caught]).
+      if (self->ops->invoke(self->closure)) died = false; else killed = true;
     } catch (const thread_killed&) {
-      my_task()->cap->threads_killed.add();
-      self->trace_killed = true;
+      killed = true;
     } catch (const blocked_indefinitely&) {
       // As GHC's childHandler: a forked thread that can never be woken
       // ends quietly (counted in the statistics).
@@ -113,6 +109,10 @@ void notify_shutdown() {
       report_uncaught(self, e.what());
     } catch (...) {
       report_uncaught(self, "unknown exception (not derived from std::exception)");
+    }
+    if (killed) {
+      my_task()->cap->threads_killed.add();
+      self->trace_killed = true;
     }
     if (died) [[unlikely]] {
       my_task()->cap->threads_died.add();
@@ -207,7 +207,6 @@ thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
 }
 
 void thread_discard(rts::Thread* thread) noexcept { rts::discard_thread(thread); }
-
 
 thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
   return rts::start_thread(thread, ops, cap);

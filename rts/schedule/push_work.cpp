@@ -95,7 +95,7 @@ void push_work(Capability* cap) {
     cap->long_queue_since_ns = now;
     // The thread we are about to run may never come back to a scheduling
     // point: Note [Stealing from a stalled capability].
-    wake_watcher(cap, now);
+    wake_watcher(now);
     return false;
   }
   return now - cap->long_queue_since_ns >= kLongQueueNs;

@@ -170,21 +170,21 @@ void raise_pending_slow(Thread* cur, bool blocking) {
   if (m) raise_msg(m);
 }
 
+void count_raised() noexcept { my_task()->cap->async_raised.add(); }
+
 void raise_msg(ThrowMsg* m) {
   std::exception_ptr ex = m->ex;  // m may be gone once on_done returns
   m->outcome = ThrowMsg::raised;
   if (m->on_done) m->on_done(m);
-  my_task()->cap->async_raised.add();
+  count_raised();
   if (ex == detail::thread_killed_ptr()) throw thread_killed{};  // as kill_raised does
   std::rethrow_exception(std::move(ex));
 }
 
-void count_raised() noexcept { my_task()->cap->async_raised.add(); }
-
 void raise_interrupted(Thread* cur) {
   std::exception_ptr ex = std::move(cur->raised);
   cur->raised = nullptr;
-  my_task()->cap->async_raised.add();
+  count_raised();
   std::rethrow_exception(std::move(ex));
 }
 

@@ -191,7 +191,7 @@ StallLook look_for_stalls(Capability* cap) {
   return result;
 }
 
-void wake_watcher(Capability* cap, std::int64_t now) noexcept {
+void wake_watcher(std::int64_t now) noexcept {
   if (!stealing_possible()) return;
   rt.watch_request_ns.store(now, std::memory_order_relaxed);  // a spinner about to sleep looks
   // At most one wake-up per kWatchWakeGapNs (see the Note).  A capability
@@ -200,7 +200,6 @@ void wake_watcher(Capability* cap, std::int64_t now) noexcept {
   // -N8 on two cores `hog`'s 200 threads waited 1.2-21 ms for the ticker,
   // against 1.2 ms every time once a sleeper was woken regardless); and
   // with no capability asleep, wake_one_sleeper wakes nobody.
-  (void)cap;
   rt.last_watch_wake_ns.store(now, std::memory_order_relaxed);
   wake_one_sleeper();  // to look around (idle.cpp), free CPU or not: threads wait
 }

@@ -23,11 +23,11 @@ StallLook look_for_stalls(Capability* cap);
 // so recently that an idle one should not go to sleep yet?
 bool watch_requested(std::int64_t now);
 
-// wake_watcher: `cap`'s holder saw its run queue turn long while some
-// capability idles: have an idle one watch it, in case the thread it is
-// about to run never returns to the scheduler.
+// wake_watcher: the caller's capability saw its run queue turn long while
+// some capability idles: have an idle one watch it, in case the thread it
+// is about to run never returns to the scheduler.
 // `now` is the caller's clock reading.
-void wake_watcher(Capability* cap, std::int64_t now) noexcept;
+void wake_watcher(std::int64_t now) noexcept;
 
 // StallTicker: the ticker's backstop for stalls that began while every
 // idle capability slept.  tick() wakes an idle capability when a busy one
