@@ -171,6 +171,14 @@ inline std::string caps_name(const ::testing::TestParamInfo<unsigned>& info) {
   return "N" + std::to_string(info.param);
 }
 
+// busy_work keeps the CPU busy for about `n` microseconds' worth of
+// arithmetic, making no runtime call; returns the sum (so it is kept).
+inline long busy_work(long n) {
+  volatile long x = 0;
+  for (long i = 0; i < n * 300; ++i) x = x + i;
+  return x;
+}
+
 // CpuPin pins the process to `k` CPUs of its affinity mask (the one it
 // is on first) for its lifetime: the runtime reads its CPU count from the
 // mask when it starts (Note [Spinning only on a free CPU]).  ok() is false

@@ -13,14 +13,7 @@ namespace {
 using capstan::rts::Hold;
 using capstan::rts::rt;
 using capstan_test::RuntimeTest;
-
-// work keeps the CPU busy for about `n` microseconds' worth of arithmetic,
-// making no runtime call.
-long work(long n) {
-  volatile long x = 0;
-  for (long i = 0; i < n * 300; ++i) x = x + i;
-  return x;
-}
+using capstan_test::busy_work;
 
 class Idle : public RuntimeTest {};
 
@@ -31,7 +24,7 @@ TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
   capstan_test::CpuPin pin(1);
   ASSERT_TRUE(pin.ok()) << "sched_setaffinity failed";
   constexpr int kSparks = 4000;
-  const long w = work(20);
+  const long w = busy_work(20);
   long sum = 0, want = 0;
   bool all_slept = false;
   capstan::run(capstan_test::opts(3), [&] {
@@ -45,8 +38,8 @@ TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
         },
         [] { capstan::sleep_for(std::chrono::milliseconds(1)); });
     for (int i = 0; i < kSparks; ++i) {
-      auto s = capstan::par([i] { return work(20) + i; });
-      long mine = work(20);
+      auto s = capstan::par([i] { return busy_work(20) + i; });
+      long mine = busy_work(20);
       sum += s.get() + mine;
       want += 2 * w + i;
     }

@@ -13,23 +13,16 @@ namespace {
 
 using capstan::rts::rt;
 using capstan_test::RuntimeTest;
+using capstan_test::busy_work;
 
-// work keeps the CPU busy for about `n` microseconds' worth of arithmetic,
-// making no runtime call.
-long work(long n) {
-  volatile long x = 0;
-  for (long i = 0; i < n * 300; ++i) x = x + i;
-  return x;
-}
-
-// fork_batch forks n threads of work(100) each from main and waits for them:
+// fork_batch forks n threads of busy_work(100) each from main and waits for them:
 // a queue that stays long for far more than the push delay (kLongQueueNs).
 void fork_batch(int n) {
   std::atomic<int> done{0};
   capstan::mvar<int> all;
   for (int i = 0; i < n; ++i)
     capstan::fork_io([&, n] {
-      work(100);
+      busy_work(100);
       if (done.fetch_add(1) + 1 == n) all.put(1);
     });
   all.take();

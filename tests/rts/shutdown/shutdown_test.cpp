@@ -19,7 +19,12 @@ namespace {
 
 using capstan_test::WithCaps;
 
-class Shutdown : public WithCaps {};
+class Shutdown : public WithCaps {
+ protected:
+  // See abandon_one_among, below.
+  template <class Block, class AllBlocked>
+  void abandon_one_among(Block block, AllBlocked all_blocked);
+};
 CAPSTAN_INSTANTIATE_CAPS(Shutdown);
 
 struct Counted {
@@ -89,21 +94,19 @@ TEST_P(Shutdown, ABlockedUnwindingThreadWokenByAnotherFinishes) {
   EXPECT_EQ(capstan::statistics().threads_killed, 2u);
 }
 
-// With nobody to wake it, such a thread cannot be interrupted (a throw
-// from a destructor during unwinding would terminate()), so shutdown
-// abandons it: the rest of its stack is freed without unwinding, it is
-// reported on stderr and counted.  Every other thread is killed and
-// unwound first.  Since nothing could wake it once the others are gone (no
-// green thread runs, no timer, no outside OS thread), shutdown abandons it
-// as soon as the run is quiet, not after the grace period (Note [Blocked
-// while unwinding]): the report says so, and run() returns long before the
-// grace period (1 s) would have ended.
-TEST_P(Shutdown, ABlockedUnwindingThreadNobodyWakesIsAbandonedAtOnce) {
+// abandon_one_among: main leaves one thread blocked while unwinding, which
+// nothing will wake, and kOthers threads each blocked in block(); it
+// returns once all_blocked(kOthers) holds.  Shutdown must unwind the others
+// and then abandon the one as soon as the run is quiet, long before the
+// 1 s grace period (Note [Blocked while unwinding]).
+constexpr int kOthers = 20;
+
+template <class Block, class AllBlocked>
+void Shutdown::abandon_one_among(Block block, AllBlocked all_blocked) {
   expect_abandoned(1);
-  capstan::mvar<int> never, gate, other_gate;  // outlive run(), as above
+  capstan::mvar<int> never, gate;  // outlive run(), as above
   std::atomic<int> outer{0}, took{0}, others{0};
   std::atomic<bool> blocked{false};
-  constexpr int kOthers = 20;
   testing::internal::CaptureStderr();
   std::chrono::steady_clock::time_point main_done;
   run([&] {
@@ -112,9 +115,9 @@ TEST_P(Shutdown, ABlockedUnwindingThreadNobodyWakesIsAbandonedAtOnce) {
     for (int i = 0; i < kOthers; ++i)
       capstan::fork_io([&] {
         Counted c{&others};
-        other_gate.take();
+        block();
       });
-    while (!blocked || gate.waiting() != 1 || other_gate.waiting() != kOthers) capstan::yield();
+    while (!blocked || gate.waiting() != 1 || !all_blocked(kOthers)) capstan::yield();
     main_done = std::chrono::steady_clock::now();
   });
   auto shutdown_took = std::chrono::steady_clock::now() - main_done;
@@ -126,11 +129,25 @@ TEST_P(Shutdown, ABlockedUnwindingThreadNobodyWakesIsAbandonedAtOnce) {
   EXPECT_EQ(took.load(), 0);
   EXPECT_EQ(outer.load(), 0) << "an abandoned stack is not unwound";
   EXPECT_EQ(others.load(), kOthers) << "the other threads were not all unwound";
-  auto s = capstan::statistics();
-  EXPECT_EQ(s.threads_killed, static_cast<std::uint64_t>(kOthers));
+  EXPECT_EQ(capstan::statistics().threads_killed, static_cast<std::uint64_t>(kOthers));
   // A generous bound, far below the 1 s grace period (quiet takes 2-3
   // ticks of 10 ms).
   EXPECT_LT(shutdown_took, std::chrono::milliseconds(500));
+}
+
+// With nobody to wake it, such a thread cannot be interrupted (a throw
+// from a destructor during unwinding would terminate()), so shutdown
+// abandons it: the rest of its stack is freed without unwinding, it is
+// reported on stderr and counted.  Every other thread (here blocked on an
+// mvar) is killed and unwound first.  Since nothing could wake it once the
+// others are gone (no green thread runs, no timer, no outside OS thread),
+// shutdown abandons it as soon as the run is quiet, not after the grace
+// period (Note [Blocked while unwinding]): the report says so, and run()
+// returns long before the grace period (1 s) would have ended.
+TEST_P(Shutdown, ABlockedUnwindingThreadNobodyWakesIsAbandonedAtOnce) {
+  capstan::mvar<int> other_gate;  // outlives run(), as above
+  abandon_one_among([&] { other_gate.take(); },
+                    [&](int n) { return other_gate.waiting() == static_cast<std::size_t>(n); });
 }
 
 // The same, with the other threads blocked in the IO manager (1 h sleeps):
@@ -138,32 +155,8 @@ TEST_P(Shutdown, ABlockedUnwindingThreadNobodyWakesIsAbandonedAtOnce) {
 // thread, or the requests they end look live and the run never quiet
 // (Note [Quiet cancels at shutdown] in rts/io/io_manager.cpp).
 TEST_P(Shutdown, ABlockedUnwindingThreadAmongSleepersIsAbandonedAtOnce) {
-  expect_abandoned(1);
-  capstan::mvar<int> never, gate;  // outlive run(), as above
-  std::atomic<int> outer{0}, took{0}, others{0};
-  std::atomic<bool> blocked{false};
-  constexpr int kOthers = 20;
-  testing::internal::CaptureStderr();
-  std::chrono::steady_clock::time_point main_done;
-  run([&] {
-    auto t = capstan::fork_io([&] { abandoned_thread_body(&outer, &took, &blocked, &never, &gate); });
-    capstan::label_thread(t, "waits-in-destructor");
-    for (int i = 0; i < kOthers; ++i)
-      capstan::fork_io([&] {
-        Counted c{&others};
-        capstan::sleep_for(std::chrono::hours(1));
-      });
-    while (!blocked || gate.waiting() != 1 || capstan::rts::io_parked() != kOthers) capstan::yield();
-    main_done = std::chrono::steady_clock::now();
-  });
-  auto shutdown_took = std::chrono::steady_clock::now() - main_done;
-  std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("nothing can wake them"), std::string::npos)
-      << "abandoned after the grace period, not once the run was quiet: " << err;
-  EXPECT_EQ(err.find("did not finish within"), std::string::npos) << err;
-  EXPECT_EQ(others.load(), kOthers) << "the sleepers were not all unwound";
-  EXPECT_EQ(capstan::statistics().threads_killed, static_cast<std::uint64_t>(kOthers));
-  EXPECT_LT(shutdown_took, std::chrono::milliseconds(500));
+  abandon_one_among([] { capstan::sleep_for(std::chrono::hours(1)); },
+                    [](int n) { return capstan::rts::io_parked() == static_cast<std::size_t>(n); });
 }
 
 // ShutdownPolicy::run_with_stuck_thread: main leaves one thread blocked
