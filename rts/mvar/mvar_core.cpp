@@ -21,6 +21,16 @@ namespace capstan::detail {
 
 using rts::Thread;
 
+void spin_turn(unsigned& turns) noexcept { rts::spin_turn(turns); }
+
+bool spin_before_blocking() noexcept {
+  if (rts::rt.n_cpus < 2 || rts::rt.n_caps < 2) return false;
+  rts::Task* task = rts::green_task();
+  if (!task) return false;
+  rts::Capability* cap = task->cap;
+  return cap->run_queue.empty() && !cap->inbox.maybe_nonempty();
+}
+
 void mvar_core::lock_slow() noexcept {
   for (rts::SpinWait w;; w.turn())
     if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;

@@ -21,18 +21,22 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+inline constexpr unsigned kSpinTurns = 128;
+
+// spin_turn is one turn of a wait, `turns` counting the turns so far.
+inline void spin_turn(unsigned& turns) noexcept {
+  if (turns < kSpinTurns) {
+    ++turns;
+    cpu_relax();
+  } else {
+    sched_yield();
+  }
+}
+
 // SpinWait: one per wait; call turn() once per failed check.
 class SpinWait {
  public:
-  static constexpr unsigned kSpinTurns = 128;
-  void turn() noexcept {
-    if (turns_ < kSpinTurns) {
-      ++turns_;
-      cpu_relax();
-    } else {
-      sched_yield();
-    }
-  }
+  void turn() noexcept { spin_turn(turns_); }
 
  private:
   unsigned turns_ = 0;

@@ -124,6 +124,34 @@ TEST_P(Chan, StorageWrapsGrowsAndShrinks) {
   });
 }
 
+// Memory follows the chan's content, not its history: blocks are freed as
+// they are emptied, but one spare (Note [Chan storage]).
+TEST_P(Chan, MemoryFollowsContent) {
+  run([] {
+    chan<long> c;
+    EXPECT_EQ(c.capacity(), 0u) << "an unused chan allocates nothing";
+    const std::size_t n = 200000;
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < n; ++i) c.write(static_cast<long>(i));
+      EXPECT_GE(c.capacity(), n) << "round " << round;
+      EXPECT_LT(c.capacity(), n + n / 10) << "round " << round;
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(c.read(), static_cast<long>(i));
+        if (i == n / 2) {
+          EXPECT_LT(c.capacity(), n / 2 + n / 10) << "half read, round " << round;
+        }
+      }
+      EXPECT_LE(c.capacity(), 2 * 4096 / sizeof(long)) << "round " << round << ": emptied blocks were kept";
+    }
+    // A reader keeping up with a writer runs on two blocks at most.
+    for (int i = 0; i < 100000; ++i) {
+      c.write(i);
+      ASSERT_EQ(c.read(), i);
+      ASSERT_LE(c.capacity(), 2 * 4096 / sizeof(long)) << "item " << i;
+    }
+  });
+}
+
 TEST_P(Chan, ReadForTimesOutAndLeavesNoWaiter) {
   run([] {
     chan<int> c;
@@ -297,6 +325,72 @@ TEST_P(Chan, AbandonedReaderGetsBlockedIndefinitely) {
                  }
                }),
                blocked_indefinitely);
+}
+
+// A reader about to block races a writer on another core: each item is
+// published just before or just after the reader announces it waits
+// (Note [Chan readers waiting]).  The writer sends the next item only once
+// the reader has the last, so a lost wake-up is not rescued by a later
+// write: it shows as a read_for that times out with the item in the chan.
+// Writers: a plain OS thread and, with two or more capabilities, a green
+// thread on another capability.
+TEST_P(Chan, AWriteRacingABlockingReadIsNeverLost) {
+  run([this] {
+    const int n = 20000 / kScale;
+    for (int pass = 0; pass < (caps() > 1 ? 2 : 1); ++pass) {
+      chan<int> c;
+      std::atomic<int> acked{0};
+      mvar<bool> writer_done;
+      auto writer = [&](bool green) {
+        std::mt19937 rng(static_cast<unsigned>(pass) + 11);
+        for (int i = 0; i < n; ++i) {
+          while (acked.load() != i)
+            if (green) yield();
+          for (unsigned k = rng() % 300; k != 0; --k) std::atomic_signal_fence(std::memory_order_seq_cst);
+          c.write(i);
+        }
+      };
+      std::thread os;
+      if (pass == 0) os = std::thread(writer, false);
+      else fork_on(1, [&] { writer(true); writer_done.put(true); });
+      for (int i = 0; i < n; ++i) {
+        std::optional<int> v = c.read_for(2s);
+        ASSERT_EQ(v, i) << "item " << i << " lost: " << c.size() << " left in the chan";
+        acked.store(i + 1);
+      }
+      if (pass == 0) os.join(); else writer_done.take();
+      EXPECT_EQ(c.size(), 0u);
+    }
+  });
+}
+
+// Each of several writers sends one item and the reader destroys the chan
+// the moment it has them all (an async group's shape): a writer that
+// found a reader waiting is still serving after its item was read, and
+// must not touch the chan then (Note [Chan lifetime]; ASan checks).
+TEST_P(Chan, AReaderMayDestroyTheChanOnceItHasEveryItem) {
+  run([this] {
+    const int rounds = 3000 / kScale, writers = 3;
+    for (int r = 0; r < rounds; ++r) {
+      auto c = std::make_unique<chan<int>>();
+      std::atomic<int> returned{0};
+      std::vector<std::thread> os;
+      for (int w = 0; w < writers; ++w) {
+        auto write = [&, w] {
+          c->write(w);
+          returned.fetch_add(1);
+        };
+        if (w == 0) os.emplace_back(write);  // a plain OS thread: truly parallel
+        else fork_on(static_cast<unsigned>(w), write);
+      }
+      int sum = 0;
+      for (int w = 0; w < writers; ++w) sum += c->read();
+      c.reset();
+      EXPECT_EQ(sum, writers * (writers - 1) / 2);
+      for (auto& t : os) t.join();
+      ASSERT_TRUE(green_wait_until([&] { return returned.load() == writers; }));
+    }
+  });
 }
 
 // Plain OS threads may write and try_read; a blocking read is refused.

@@ -40,6 +40,18 @@ struct waiter {
   bool shielded = false;   // park_shielded: only a serve ends the wait
 };
 
+// spin_turn is one turn of a busy wait for a lock holder that is running
+// now: a pause, and after a while yielding the OS thread (the runtime's
+// SpinWait policy, for lock words kept in public headers).
+void spin_turn(unsigned& turns) noexcept;
+
+// spin_before_blocking tells whether a green thread about to block for
+// something another core may be producing at this moment (a chan item)
+// should first watch for it a little: false unless the process has two
+// CPUs and two capabilities, and the caller's capability has nothing else
+// to run.  See Note [Chan readers spin] in chan.hpp.
+bool spin_before_blocking() noexcept;
+
 // Note [Waking after unlock]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A thread served by an mvar operation is made runnable only after the
