@@ -103,8 +103,9 @@ TEST_P(Chan, TryReadAndSize) {
   });
 }
 
-// The ring wraps, grows and shrinks without losing order.
-TEST_P(Chan, StorageWrapsGrowsAndShrinks) {
+// Items cross block boundaries, and blocks are freed and reused, without
+// losing order (blocks hold 512 longs; rounds write and read up to 300).
+TEST_P(Chan, StorageGrowsAndShrinksInOrder) {
   run([] {
     chan<long> c;
     long next_in = 0, next_out = 0;

@@ -84,15 +84,17 @@ struct async_slot {
 //    whatever their mask, so the report uses a chan write without the
 //    safe point (chan::write_no_checkpoint): it can neither be skipped nor
 //    throw from the destructor.
-//  * The write is the child's last touch of the group: chan operations
-//    unlock before waking the reader (Note [Waking after unlock]), so the
-//    reader may destroy the group as soon as it has the index.
-//  * The caller learns of ends by reading `done_`.  The chan's lock
+//  * The write is the child's last touch of the group: a chan write
+//    touches the chan no more once its item can be read (Note [Chan
+//    lifetime]), so the reader may destroy the group as soon as it has
+//    the index.
+//  * The caller learns of ends by reading `done_`.  The chan's state word
 //    decides between "the reader is parked: hand it the index" and "no
-//    reader yet: keep it", so a report is never lost whichever comes first;
-//    and a chan read is an ordinary interruptible, deadlock-detected wait.
-//    The chan's lock also orders the child's slot writes before the
-//    caller's reads of them.
+//    reader yet: keep it", so a report is never lost whichever comes first
+//    (Note [Chan readers waiting]); and a chan read is an ordinary
+//    interruptible, deadlock-detected wait.  The write's publishing step
+//    (a release) and the read's acquire of it also order the child's slot
+//    writes before the caller's reads of them.
 //  * cancel_all() kills every child not yet reported, then reads reports
 //    until every started child has reported, all inside an uninterruptible
 //    mask (Haskell's uninterruptibleCancel): a caller killed while

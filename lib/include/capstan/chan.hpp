@@ -94,7 +94,7 @@ class chan {
   // read removes and returns the oldest item, waiting while the chan is empty.
   T read() {
     op g(core_);
-    if (!core_.has_waiters() && (available() || spin_for_item())) [[likely]] return pop();
+    if (take_now(g, true)) [[likely]] return pop();
     std::optional<T> dest;
     detail::waiter w(detail::waiter::chan);
     if (!block_or_serve(g, w, dest)) core_.park(w);  // returns with dest filled by a writer
@@ -104,8 +104,7 @@ class chan {
   // try_read removes and returns the oldest item, or nullopt if empty.
   std::optional<T> try_read() {
     op g(core_);
-    if (core_.has_waiters()) serve_locked(g.woken);  // blocked readers first
-    if (core_.has_waiters() || !available()) return std::nullopt;
+    if (!take_now(g, false)) return std::nullopt;
     return pop();
   }
 
@@ -116,12 +115,8 @@ class chan {
   std::optional<T> read_for(const std::chrono::duration<Rep, Period>& d) {
     long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
     op g(core_);
-    if (!core_.has_waiters() && available()) return pop();
-    if (ns <= 0) {
-      if (core_.has_waiters()) serve_locked(g.woken);
-      if (core_.has_waiters() || !available()) return std::nullopt;
-      return pop();
-    }
+    if (take_now(g, ns > 0)) return pop();
+    if (ns <= 0) return std::nullopt;
     std::optional<T> dest;
     detail::waiter w(detail::waiter::chan);
     if (block_or_serve(g, w, dest)) return dest;
@@ -239,6 +234,20 @@ class chan {
     return rpos_ != seen_ || rpos_ != (seen_ = published(state_.load(std::memory_order_acquire)));
   }
 
+  // take_now tells whether the caller may take the oldest item now.
+  // Blocked readers come first: if any is queued (items published for
+  // them may not have reached them yet: their server is on its way), the
+  // caller serves them, and takes what is left.  So a reader never blocks,
+  // nor a try_read fails, while the chan holds an item.  may_spin: see
+  // spin_for_item.  core_ locked.
+  bool take_now(op& g, bool may_spin) noexcept {
+    if (core_.has_waiters()) [[unlikely]] {
+      serve_locked(g.woken);
+      if (core_.has_waiters()) return false;
+    }
+    return available() || (may_spin && spin_for_item());
+  }
+
   // spin_for_item watches the state word a little for a writer on another
   // core before the caller blocks, unlocking core_ meanwhile: true if an
   // item came and no reader queued meanwhile.  See Note [Chan readers spin].
@@ -299,6 +308,7 @@ class chan {
   // returns true; else the lock goes to the coming park.  A caller that
   // cannot park gets usage_error.  core_ locked.
   bool block_or_serve(op& g, detail::waiter& w, std::optional<T>& dest) {
+    if (!g.woken.empty()) g.wake_now();  // served by take_now: park would not wake them
     if (!detail::mvar_core::can_block())
       throw usage_error(
           "capstan::chan: read/read_for would block on an OS thread that is not running a "
@@ -363,18 +373,24 @@ class chan {
 // publish comes first, the reader sees the item in the count; at the
 // front of the queue it takes the item and does not park.  Behind other
 // readers it parks: the item is theirs, and a server is on its way to
-// them - by induction on the queue, an item published while a reader is
-// queued was published with kWait set (kWait is set before any reader is
-// queued and cleared only under core_'s lock once the queue is empty), so
-// its writer serves after it; and one published before the front reader
-// queued was seen by that reader, which took it.  A blocking reader never
-// serves others: it would have to wake them before its own park released
-// the lock (Note [Waking after unlock]).  try_read, holding no wait of
-// its own, serves the queue before looking.  A reader the killer or a
-// timer dequeued can leave kWait set, which sends writers to serve an
-// empty queue until one of them clears it.  Items go to the oldest
-// waiter first: a reader that finds readers already queued queues behind
-// them.
+// them.  By induction on the queue: outside core_'s critical sections
+// kWait is set whenever a reader is queued (the enqueuer sets it before
+// unlocking; it is cleared only under the lock with the queue empty), so
+// an item published while a reader is queued has a writer that serves
+// after it; and one published before the front reader queued was seen by
+// that reader, which took it.  A reader that will park serves nobody
+// after it has queued: it would have to wake them before its park
+// released the lock (Note [Waking after unlock]).  Before it queues, a
+// reader - and try_read - that finds readers queued serves them first
+// (take_now), waking them before it parks (core_op::wake_now), so a
+// reader never blocks, and try_read never fails, while the chan holds an
+// item (and a plain OS thread's read then takes it rather than throwing
+// usage_error).  Between a publish and its server's serve, though, items
+// and blocked readers can be seen at once (size() and waiting() both
+// above zero).  A reader the killer or a timer dequeued can leave kWait
+// set, which sends writers to serve an empty queue until one of them
+// clears it.  Blocked readers are served oldest first: a reader that finds
+// readers already queued queues behind them.
 //
 // Note [Chan readers spin]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -383,16 +399,18 @@ class chan {
 // lock, a wake-up sent to the reader's capability, often an OS wake-up of
 // that capability: about 200,000 blocks for 10 M items in `chan`'s split
 // placement (`+RTS -s`: capability 1's context switches), and 200-700
-// with the spin below.  So a reader that finds the chan empty
-// first watches the state word for about a microsecond (kSpinTurns pause
-// turns, core_ unlocked), but only where that can pay: two CPUs and two
-// capabilities, and nothing else runnable on its capability
-// (detail::spin_before_blocking).  It reads the word once per kSpinPace
-// turns, not on every turn: each read pulls the line the writer publishes
-// on away from the writer's core, and a reader polling flat out made the
-// writer miss on every item (split placement 22-95 M items/s, against
-// 67-85 M paced).  An item that comes is taken as on the fast path; none,
-// and the reader blocks as before.
+// with the spin below.  So a reader that finds the chan empty first
+// watches the state word for kSpinTurns pause turns (a few hundred ns to a
+// few µs, by the CPU's pause) with core_ unlocked, but only where that can
+// pay: two CPUs and two capabilities, and nothing else runnable on its
+// capability (detail::spin_before_blocking).  It reads the word once per
+// kSpinPace turns, not on every turn: each read pulls the line the writer
+// publishes on away from the writer's core, and a reader polling flat out
+// made the writer miss on every item (split placement 22-95 M items/s,
+// against 67-85 M paced).  An item that comes is taken as on the fast
+// path; none, and the reader blocks as before.  A spinning reader is not
+// queued: a reader arriving meanwhile may take the item first, and the
+// spinner then blocks behind it - only blocked readers are ordered.
 //
 // Note [Chan lifetime]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -404,10 +422,15 @@ class chan {
 //    its item may already have gone to a reader.  It announces itself in
 //    the publishing step (the server count), and drops the count as its
 //    last touch, before waking anyone.  The destructor waits until no
-//    server is counted; a server is never descheduled by the runtime
-//    between the two steps, so the wait is short.
+//    server is counted.  A green writer is never descheduled by the
+//    runtime between the two steps, so the wait is short; a plain OS
+//    thread's write can be preempted there by the OS, and the destructor
+//    then spins and yields until it is done.  The count (14 bits) is
+//    bounded by the OS threads writing at once.
 // A write still appending when the chan is destroyed is the caller's
-// error, as for any object.
+// error, as for any object.  A write may allocate a block (every kItems
+// items unless a spare is there), so even write_no_checkpoint can throw
+// bad_alloc.
 template <class T>
 chan<T>::~chan() {
   // Acquire: the servers' last touches come before the blocks are freed.

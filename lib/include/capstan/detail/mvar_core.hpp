@@ -69,6 +69,7 @@ class wake_list {
   void wake_all() noexcept {
     if (first_) wake_rest();
   }
+  bool empty() const noexcept { return first_ == nullptr; }
 
  private:
   void more(rts::Thread* thread) noexcept;
@@ -195,6 +196,16 @@ struct core_op {
   core_op(const core_op&) = delete;
   core_op& operator=(const core_op&) = delete;
   void release_to_park() { locked = false; }
+  // wake_now wakes the threads served so far, unlocking around it (an
+  // operation that served others and will now park itself, which hands
+  // the lock to park() and so wakes nobody after).  The state may change
+  // while unlocked.
+  void wake_now() {
+    core.unlock();
+    woken.wake_all();
+    woken = wake_list{};
+    core.lock();
+  }
   ~core_op() {
     if (!locked) return;  // parked: park() released the lock
     core.unlock();
