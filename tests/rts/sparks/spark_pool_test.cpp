@@ -235,6 +235,30 @@ TEST_F(StealProtocol, TheOwnerAnswersWithTheOldestSparkAndAQuarterOfTheRest) {
   EXPECT_EQ(counter(p->fizzled), 15u);
 }
 
+// A big pool's answer stops at kStealBatch sparks, oldest first: the
+// thief's backlog is bounded, and the owner keeps the rest.
+TEST_F(StealProtocol, AnAnswerHoldsAtMostKStealBatchSparks) {
+  Task owner;
+  own_victim(&owner);
+  constexpr unsigned kBatch = Capability::kStealBatch;
+  const int n = static_cast<int>(8 * kBatch);  // a quarter of the rest is more than a batch
+  std::vector<std::unique_ptr<spark<int>>> s;
+  for (int i = 0; i < n; ++i) s.emplace_back(new spark<int>(capstan::par([i] { return i; })));
+  spark_pool* p = &victim()->sparks;
+  p->request.store(thief());
+  capstan::rts::poll_spark_requests(victim());
+  spark_base* first = thief()->steal_box.load();
+  ASSERT_EQ(addr(first), addr(s[0].get()));
+  ASSERT_EQ(thief()->steal_batch_n, kBatch - 1);
+  for (unsigned i = 0; i < thief()->steal_batch_n; ++i)
+    EXPECT_EQ(addr(thief()->steal_batch[i]), addr(s[i + 1].get()));
+  EXPECT_EQ(p->size(), static_cast<std::size_t>(n) - kBatch);
+  run_stolen(first);
+  for (unsigned i = 0; i < thief()->steal_batch_n; ++i) run_stolen(thief()->steal_batch[i]);
+  for (int i = n - 1; i >= 0; --i) EXPECT_EQ(s[static_cast<std::size_t>(i)]->get(), i);
+  EXPECT_EQ(counter(p->fizzled), static_cast<std::uint64_t>(n) - kBatch);
+}
+
 TEST_F(StealProtocol, AnEmptyPoolAnswersNoneAndAWithdrawnRequestIsNotAnswered) {
   Task owner;
   own_victim(&owner);
