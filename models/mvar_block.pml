@@ -6,7 +6,7 @@
  * landing side releases it), Note [Waking after unlock] in
  * lib/include/capstan/detail/mvar_core.hpp (core_op: unlock, then
  * wake_all), mvar<T>::take/put/deliver/refill_from_putter in
- * lib/include/capstan/mvar.hpp, mvar_core::park/publish_wait/serve in
+ * lib/include/capstan/mvar.hpp, mvar_core::park_wait/publish_wait/serve in
  * rts/mvar/mvar_core.cpp, and post_throw in rts/schedule/raise.cpp (Note
  * [Raising asynchronously]: the thrower takes the blocker's wait_lock and
  * tries the mvar lock; the blocker decides to park under wait_lock), and
@@ -154,7 +154,7 @@ inline serve(t, me, i) {
 
 /* The blocking half shared by take, take_for and put (lock held, nothing
  * to do now): enqueue, publish_wait, (io_add_timeout,) park_current,
- * after_wait.  Sets `killed` if an exception ended the wait instead, and
+ * raise_outcome.  Sets `killed` if an exception ended the wait instead, and
  * `timedout` if the timer did (timed waits only). */
 inline block(me, i, killed, timed, timedout, token) {
   enqueue(me);
@@ -202,7 +202,7 @@ inline block(me, i, killed, timed, timedout, token) {
   :: timed -> lock_w(me); timed_seq[me] = 0; unlock_w(me)
   :: else -> skip
   fi;
-  /* after_wait */
+  /* raise_outcome */
   if
   :: outcome[me] == INTERRUPTED -> killed = 1
   :: outcome[me] == TIMED_OUT -> assert(timed); timedout = 1

@@ -81,23 +81,24 @@ void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_toke
   cur->wait_lock.unlock();
 }
 
-// after_wait: the outcomes every wait shares, once park_current returned.
-void after_wait(waiter& w, Thread* cur) {
+}  // namespace
+
+// raise_outcome: the throwing half of park and park_timed (Note [Throwing
+// from the caller's frame] in detail/mvar_core.hpp).
+void mvar_core::raise_outcome(const waiter& w) {
   switch (w.outcome) {
     case waiter::served:
     case waiter::timed_out: return;
-    case waiter::killed: throw thread_killed{};
+    case waiter::killed: throw thread_killed{};  // by shutdown
     case waiter::orphaned: throw blocked_indefinitely{};
-    case waiter::interrupted: rts::raise_interrupted(cur);
-    case waiter::kill_raised:  // See Note [Where a kill is caught] (schedule/fork.cpp)
+    case waiter::interrupted: rts::raise_interrupted(rts::my_task()->cap->current);
+    case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();
       throw thread_killed{};
   }
 }
 
-}  // namespace
-
-void mvar_core::park(waiter& w) {
+void mvar_core::park_wait(waiter& w) {
   rts::Task* task = rts::green_task_before_switch();  // used only before the switch
   if (!task) [[unlikely]] {
     remove(w);
@@ -112,13 +113,12 @@ void mvar_core::park(waiter& w) {
   if (cur->unarmed_timeouts != 0) [[unlikely]] rts::arm_timeouts(cur);  // io/timeouts.hpp
   publish_wait(*this, w, cur, 0);
   rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
-  after_wait(w, cur);  // (only timed waits time out)
 }
 
 void mvar_core::park_shielded(waiter& w) {
   rts::Task* task = rts::green_task_before_switch();
   if (!task) [[unlikely]] {
-    park(w);  // throws the usage error (and unlocks)
+    park_wait(w);  // throws the usage error (and unlocks)
     return;
   }
   Thread* cur = task->cap->current;
@@ -192,11 +192,11 @@ void expire_timed_take(void* arg, std::uint64_t token) noexcept {
 
 }  // namespace
 
-bool mvar_core::park_timed(waiter& w, long long ns) {
+void mvar_core::park_timed_wait(waiter& w, long long ns) {
   rts::Task* task = rts::green_task_before_switch();
   if (!task) [[unlikely]] {
-    park(w);  // throws the usage error (and unlocks)
-    return true;
+    park_wait(w);  // throws the usage error (and unlocks)
+    return;
   }
   Thread* cur = task->cap->current;
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
@@ -214,8 +214,6 @@ bool mvar_core::park_timed(waiter& w, long long ns) {
   // expiry finds timed_seq changed (Note [Cancelling a timer] in io/timers.cpp).
   if (w.outcome == waiter::timed_out) rts::io_forget_timeout(timer);
   else rts::io_cancel_timeout(timer);
-  after_wait(w, cur);
-  return w.outcome == waiter::served;
 }
 
 Thread* mvar_core::serve(waiter& w) noexcept {

@@ -77,9 +77,11 @@ void notify_shutdown() {
 // catch (...) that sorted exceptions by their type_info was tried first: it
 // read garbage for a foreign exception, whose libstdc++ header is not a
 // __cxa_exception.)  A blocked thread that is killed
-// throws a fresh thread_killed from the wait itself (waiter::kill_raised,
-// Note [Raising asynchronously] in schedule/raise.cpp), so its walk is the
-// throw, the wait's frame, the user's frames and invoke.
+// throws a fresh thread_killed (waiter::kill_raised, Note [Raising
+// asynchronously] in schedule/raise.cpp) from raise_outcome, called by
+// the inline park in the blocking call (Note [Throwing from the caller's
+// frame] in detail/mvar_core.hpp), so its walk is raise_outcome, the
+// blocking call's and the user's frames, and invoke.
 [[noreturn]] void thread_entry(void* arg) {
   if (rt.sanitizers && san::asan()) [[unlikely]]
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
