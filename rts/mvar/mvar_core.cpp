@@ -91,7 +91,7 @@ void mvar_core::raise_outcome(const waiter& w) {
     case waiter::timed_out: return;
     case waiter::killed: throw thread_killed{};  // by shutdown
     case waiter::orphaned: throw blocked_indefinitely{};
-    case waiter::interrupted: rts::raise_interrupted(rts::my_task()->cap->current);
+    case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
     case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();
       throw thread_killed{};

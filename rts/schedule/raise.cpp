@@ -40,7 +40,7 @@
 //
 // Why a blocked T cannot miss a message.  A blocker decides to park under
 // wait_lock: it checks async_pending and publishes blocked_on in the same
-// critical section (mvar_core::park).  A thrower holding the same lock sees
+// critical section (publish_wait, called by mvar_core::park_wait).  A thrower holding the same lock sees
 // either blocked_on (and interrupts the wait) or not yet (and T, taking the
 // lock after it, sees the pending message and raises instead of parking).
 // Checked by models/mvar_block.pml (docs/models.md).
@@ -120,10 +120,11 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) no
       t->blocked_on = nullptr;
       t->waiter = nullptr;
       if (m->ex == detail::thread_killed_ptr()) {
-        // A kill: T throws a fresh thread_killed from its wait, not a
-        // rethrow of the one shared exception object (whose count every
-        // rethrow would bump, from every core), and one frame nearer its
-        // handler (Note [Where a kill is caught] in schedule/fork.cpp).
+        // A kill: T throws a fresh thread_killed after its wait (from
+        // mvar_core::raise_outcome), not a rethrow of the one shared
+        // exception object (whose count every rethrow would bump, from
+        // every core), and one frame nearer its handler (Note [Where a
+        // kill is caught] in schedule/fork.cpp).
         w->outcome = detail::waiter::kill_raised;
       } else {
         w->outcome = detail::waiter::interrupted;

@@ -14,7 +14,7 @@ namespace capstan::detail {
 struct waiter {
   enum kind_t : std::uint8_t { take, read, put };
   // What ended the wait other than a value: set by the runtime, read by the
-  // woken thread after park() returns.
+  // woken thread after park_wait() returns (park() throws it).
   // interrupted: an asynchronous exception (Thread::raised) ended the wait.
   // kill_raised: kill_thread ended the wait (a fresh thread_killed is
   // thrown, counted as an asynchronous exception); killed: shutdown did.
@@ -147,8 +147,9 @@ class mvar_core {
 
   // park blocks the calling green thread on w (already enqueued, lock held)
   // and releases the lock only after the thread's context is saved.  Returns
-  // when another thread served w; throws thread_killed / blocked_indefinitely
-  // if the wait was ended otherwise.  See Note [Blocking on an MVar] and
+  // when another thread served w; throws thread_killed, blocked_indefinitely
+  // or the exception thrown to the thread if the wait was ended otherwise
+  // (raise_outcome).  See Note [Blocking on an MVar] and
   // Note [Throwing from the caller's frame].
   void park(waiter& w) {
     park_wait(w);
@@ -192,7 +193,6 @@ class mvar_core {
 
  private:
   void lock_slow() noexcept;
-
 
   std::atomic<bool> locked_{false};
   waiter* head_ = nullptr;  // guarded by locked_
