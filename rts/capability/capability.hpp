@@ -123,6 +123,15 @@ static inline void drain_inbox(Capability* cap) {
     cap->threads_received.add(n);
 }
 
+// has_threads: does a thread wait in `cap`'s run queue or inbox (the inbox
+// read is a relaxed hint)?  The holder's test for "is there anything else
+// to run here": a spark thread between sparks, a socket operation that
+// would yield once before registering with the IO manager, a chan reader
+// about to spin, and has_work's first half.
+inline bool has_threads(const Capability* cap) {
+  return !cap->run_queue.empty() || cap->inbox.maybe_nonempty();
+}
+
 // has_work: would `cap`'s holder find something to run?  Its run queue,
 // its inbox (a relaxed hint: the hand-shakes of Note [Handing over a
 // capability] catch a push it misses), its own sparks, sparks it stole and
@@ -131,8 +140,8 @@ static inline void drain_inbox(Capability* cap) {
 // it" (release_capability, a safe call's entry).  An idle capability's
 // wake-up test is a different question: see inbox_or_stop in schedule/idle.cpp.
 inline bool has_work(const Capability* cap) {
-  return !cap->run_queue.empty() || cap->inbox.maybe_nonempty() || cap->sparks.size() != 0 ||
-         cap->n_stolen_sparks != 0 || cap->bound_next != nullptr;
+  return has_threads(cap) || cap->sparks.size() != 0 || cap->n_stolen_sparks != 0 ||
+         cap->bound_next != nullptr;
 }
 
 // interrupt_capability asks `cap`'s running thread to return to the

@@ -196,7 +196,7 @@ bool io_on_green_thread() noexcept { return green_task() != nullptr; }
 
 bool io_others_runnable() noexcept {
   Task* t = green_task();
-  return t && (!t->cap->run_queue.empty() || t->cap->inbox.maybe_nonempty());
+  return t && has_threads(t->cap);
 }
 
 }  // namespace capstan::rts

@@ -27,8 +27,7 @@ bool spin_before_blocking() noexcept {
   if (rts::rt.n_cpus < 2 || rts::rt.n_caps < 2) return false;
   rts::Task* task = rts::green_task();
   if (!task) return false;
-  rts::Capability* cap = task->cap;
-  return cap->run_queue.empty() && !cap->inbox.maybe_nonempty();
+  return !rts::has_threads(task->cap);
 }
 
 void mvar_core::lock_slow() noexcept {

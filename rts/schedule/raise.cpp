@@ -40,9 +40,10 @@
 //
 // Why a blocked T cannot miss a message.  A blocker decides to park under
 // wait_lock: it checks async_pending and publishes blocked_on in the same
-// critical section (publish_wait, called by mvar_core::park_wait).  A thrower holding the same lock sees
-// either blocked_on (and interrupts the wait) or not yet (and T, taking the
-// lock after it, sees the pending message and raises instead of parking).
+// critical section (publish_wait, called by mvar_core::park_wait).  A
+// thrower holding the same lock sees either blocked_on (and interrupts the
+// wait) or not yet (and T, taking the lock after it, sees the pending
+// message and raises instead of parking).
 // Checked by models/mvar_block.pml (docs/models.md).
 //
 // Raising never happens while T is unwinding (a throw from a destructor

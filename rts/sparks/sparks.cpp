@@ -172,7 +172,7 @@ bool spark_thread_invoke(void* p) {
     // Sparks are speculative: ordinary threads come first (GHC's findSpark
     // finds nothing while the run queue is non-empty).  A maker woken by
     // this spark, say, runs before we take the next one.
-    if (!cap->run_queue.empty() || cap->inbox.maybe_nonempty()) {
+    if (has_threads(cap)) {
       yield_current();
       cap = my_task()->cap;
     }

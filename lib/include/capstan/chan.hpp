@@ -222,8 +222,13 @@ class chan {
       static_cast<std::optional<T>*>(w->slot)->emplace(pop());
       woken.add(core_.serve(*w));
     }
-    // Relaxed: kWait only sends writers to the slow path, and it is set and
-    // cleared under core_'s lock (Note [Chan readers waiting]).
+    clear_wait();
+  }
+
+  // clear_wait clears kWait, the queue being empty.  Relaxed: kWait only
+  // sends writers to the slow path, and it is set and cleared under core_'s
+  // lock (Note [Chan readers waiting]).  core_ locked.
+  void clear_wait() noexcept {
     if (state_.load(std::memory_order_relaxed) & kWait) state_.fetch_and(~kWait, std::memory_order_relaxed);
   }
 
@@ -325,8 +330,8 @@ class chan {
       // Older readers' items are the servers' to hand over (Note [Chan
       // readers waiting]).
       dest.emplace(pop());
-      core_.remove(w);
-      if (!core_.has_waiters()) state_.fetch_and(~kWait, std::memory_order_relaxed);
+      core_.remove(w);  // the front and the newest: the queue is empty now
+      clear_wait();
       return true;
     }
     g.release_to_park();
