@@ -16,7 +16,10 @@
  * sleep); two idle thieves T1, T2 each ask V for sparks (at most two asks
  * each) and run what they get on a spark thread, completing it.  A thief
  * may give up waiting at any moment (its deadline, or work in its inbox)
- * and withdraws its request.  An interrupter I may, once, throw to V while
+ * and withdraws its request.  A thief may also post an early request, the
+ * hunt's (Note [Asking before the sparks exist] in rts/sparks/pool.cpp),
+ * whether the pool is empty or not; V's poll points answer it only while
+ * its pool holds a spark.  An interrupter I may, once, throw to V while
  * V waits interruptibly at a gate (in get()); V then unwinds: it withdraws
  * from the spark, and its sparks' destructors settle both sparks (a
  * pending one is discarded, a stolen one waited for, shielded).
@@ -24,8 +27,9 @@
  * Abstractions.  The pool is a set of spark ids (take_oldest takes the
  * lowest); with two sparks an answer's batch (a quarter of the rest) is
  * always empty, so steal_batch is left out - it is written before the same
- * release store of steal_box that the model keeps.  A thief asks only
- * while V's pool looks non-empty (the relaxed size() hint).  Running a
+ * release store of steal_box that the model keeps.  A thief asks
+ * (ordinarily) only while V's pool looks non-empty (the relaxed size()
+ * hint); an early request it may post at any time.  Running a
  * spark is counting it.  The maker's park is two steps: the context saved,
  * then the landing side's unlock of the gate's lock.  Each spark has its
  * own gate variables; a gate is created (galive) when V starts a wait and
@@ -62,6 +66,10 @@
  *                      store instead of the CAS: the thief's exchange can
  *                      fall in between; it then serves a gate the maker
  *                      has left (and destroyed).
+ *   -DBROKEN_EARLY     a poll point clears an early request on an empty
+ *                      pool instead of leaving it pending: the thief's
+ *                      withdrawal CAS fails, and it waits for an answer
+ *                      that never comes.
  *   -DBROKEN_LEAVE     an interrupted maker whose withdrawal fails leaves
  *                      at once instead of waiting at the gate for the
  *                      thief: the thief touches a dead gate.
@@ -72,6 +80,7 @@
 #define V         0
 #define T1        1
 #define T2        2
+#define EARLY     4     /* an early request: the thief's id + EARLY (the low bit of its Capability*) */
 
 #define PENDING         0
 #define STOLEN          1
@@ -93,7 +102,7 @@ byte v_gate;            /* the gate V is published on, or 0 */
 bool v_shielded;
 bool v_interrupted;     /* waiter::interrupted: set by I with the wake */
 bool thrown;            /* ghost: I has thrown */
-byte request;           /* V's spark_pool::request: a thief, or 0 */
+byte request;           /* V's spark_pool::request: a thief (+ EARLY), or 0 */
 byte steal_box[3];      /* each thief's answer box: 0, a spark, or NONE */
 bool v_saved, v_runnable;   /* the maker parked in wait_stolen / woken */
 bool v_done;
@@ -104,6 +113,10 @@ byte asking;            /* ghost: thieves inside ask() */
 /* spark_respond (owner V): take the request, answer with the oldest spark. */
 inline respond(th, s) {
   atomic { th = request; request = 0 };   /* exchange (acq_rel) */
+  if
+  :: th >= EARLY -> th = th - EARLY      /* the thief, untagged */
+  :: else -> skip
+  fi;
   if
   :: th != 0 ->
        atomic {
@@ -125,10 +138,14 @@ inline respond(th, s) {
   fi;
   th = 0; s = 0
 }
-/* poll_spark_requests (relaxed peek) */
+/* poll_spark_requests (relaxed peek): an early request waits for a spark */
+#define answerable (request != 0 && (request < EARLY || pool_nonempty))
 inline poll(th, s) {
   if
-  :: request != 0 -> respond(th, s)
+  :: answerable -> respond(th, s)
+#ifdef BROKEN_EARLY
+  :: request >= EARLY && !pool_nonempty -> request = 0   /* dropped, unanswered */
+#endif
   :: else -> skip
   fi
 }
@@ -238,7 +255,10 @@ force:
   /* idle(): every spin turn polls, until it goes to sleep */
 end_idle:
   do
-  :: request != 0 -> respond(th, x)
+  :: answerable -> respond(th, x)
+#ifdef BROKEN_EARLY
+  :: request >= EARLY && !pool_nonempty -> request = 0
+#endif
   :: break
   od
 }
@@ -287,17 +307,20 @@ inline complete(s, prev) {
 /* An idle capability: find_spark asks V (ask()), and a spark thread runs
  * what it got, completes it, and looks again. */
 proctype Thief(byte me) {
-  byte s, prev, tries;
+  byte s, prev, tries, req;
   tries = 0;
   do
   :: tries == 2 -> break
   :: tries < 2 && !pool_nonempty -> break   /* v->sparks.size() == 0: nobody to ask */
-  :: tries < 2 && pool_nonempty ->
+  :: tries < 2 && pool_nonempty -> req = me; goto ask
+  :: tries < 2 -> req = me + EARLY; goto ask  /* a hunt's early request, pool empty or not */
+  :: false ->
+ask:
        tries++;
        /* ask(me, V) */
        steal_box[me] = 0;
        if
-       :: atomic { request == 0 -> request = me; asking++ } ->
+       :: atomic { request == 0 -> request = req; asking++ } ->
             do
             :: steal_box[me] != 0 -> s = steal_box[me]; break
             :: steal_box[me] == 0 ->
@@ -308,7 +331,7 @@ proctype Thief(byte me) {
                  break
 #else
                  if
-                 :: atomic { request == me -> request = 0 } -> s = NONE; break
+                 :: atomic { request == req -> request = 0 } -> s = NONE; break
                  :: else ->
                       /* the owner took the request: its answer comes */
                       (steal_box[me] != 0);

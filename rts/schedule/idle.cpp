@@ -124,10 +124,14 @@ bool any_sparks() {
 }
 
 // try_sparks: an idle capability turns a spark into a spark thread (own
-// pool first, then by asking others; Note [Spark pools]).
-bool try_sparks(Capability* cap) {
+// pool first, then by asking others; Note [Spark pools]).  `asked`: it
+// asked someone and got nothing, so the next turn asks again (an early
+// request, which costs its victim no answer: Note [Asking before the
+// sparks exist] in sparks/pool.cpp).
+bool try_sparks(Capability* cap, bool* asked) {
   poll_spark_requests(cap);
-  if (detail::spark_base* s = find_spark(cap)) {
+  *asked = false;
+  if (detail::spark_base* s = find_spark(cap, asked)) {
     start_spark_thread(cap, s);
     return true;
   }
@@ -148,7 +152,8 @@ void idle(Task* task, Capability* cap) {
   for (unsigned round = 0; !found; ++round) {
     // Spin for kSpinNs watching the inbox, answering steal requests, and
     // looking for sparks (asking another capability every 256 turns: each
-    // ask costs the victim a poll, so thieves back off) and, every
+    // ask costs the victim a poll, so thieves back off; an early request,
+    // which costs it none, is posted again at once when withdrawn) and, every
     // kLookGapNs, for a stalled capability's threads (Note [Stealing from a
     // stalled capability]).
     // Sparks are looked for only with a free CPU (Note [Spinning only on a
@@ -158,12 +163,22 @@ void idle(Task* task, Capability* cap) {
     std::int64_t spin_start = now_ns();
     std::int64_t next_look = spin_start;
     StallLook look = StallLook::nothing;
+    bool ask_again = false;
     for (unsigned i = 0; !found; ++i) {
       if (inbox_or_stop(cap)) {
         found = true;
-      } else if ((i & 255) == 0 && hunt && try_sparks(cap)) {
-        found = true;
-      } else if ((i & 63) == 63) {
+        break;
+      }
+      bool timed = (i & 63) == 63;
+      if (hunt && ((i & 255) == 0 || ask_again)) {
+        if (try_sparks(cap, &ask_again)) {
+          found = true;
+          break;
+        }
+        // An ask waited (up to kEarlyAskNs): look at the clock now.
+        timed = timed || ask_again;
+      }
+      if (timed) {
         std::int64_t now = now_ns();
         if (now >= next_look) {
           next_look = now + kLookGapNs;

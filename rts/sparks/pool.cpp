@@ -90,6 +90,10 @@ spark_base* const kNoSpark = reinterpret_cast<spark_base*>(std::uintptr_t{1});
 // be split: a thief has nothing better to do meanwhile, and it gives up at
 // once if work arrives in its inbox.
 constexpr std::int64_t kStealWaitNs = 2'000'000;
+// How long a hunter waits on a busy capability's empty pool (Note [Asking
+// before the sparks exist]): one kLookGapNs of the idle loop, so its watch
+// for stalled capabilities is not held up.
+constexpr std::int64_t kEarlyAskNs = 20'000;
 
 // take_oldest removes the oldest live spark of p (owner only), marked stolen.
 spark_base* take_oldest(spark_pool* p) {
@@ -109,15 +113,21 @@ spark_base* take_batch(Capability* me, spark_base* first) {
   return first;
 }
 
-// ask sends a steal request to victim v and waits for the answer.
-spark_base* ask(Capability* me, Capability* v) {
+// ask sends a steal request to victim v and waits for the answer: up to
+// kStealWaitNs, or kEarlyAskNs for an early request (Note [Asking before
+// the sparks exist]).
+spark_base* ask(Capability* me, Capability* v, bool early) {
   me->steal_box.store(nullptr, std::memory_order_relaxed);
   Capability* expected = nullptr;
-  if (!v->sparks.request.compare_exchange_strong(expected, me, std::memory_order_acq_rel,
+  Capability* req = early ? early_request(me) : me;
+  if (!v->sparks.request.compare_exchange_strong(expected, req, std::memory_order_acq_rel,
                                                  std::memory_order_relaxed))
     return nullptr;  // someone else is asking v
-  me->steal_attempts.add();
-  std::int64_t deadline = now_ns() + kStealWaitNs;
+  // An early request counts as an attempt only once answered with a spark
+  // (find_spark): a hunt posts one every kEarlyAskNs, and +RTS -s's
+  // "n of m steal requests" would count the hunt's microseconds.
+  if (!early) me->steal_attempts.add();
+  std::int64_t deadline = now_ns() + (early ? kEarlyAskNs : kStealWaitNs);
   for (unsigned i = 1;; ++i) {
     spark_base* s = me->steal_box.load(std::memory_order_acquire);
     if (s) return s == kNoSpark ? nullptr : take_batch(me, s);
@@ -128,7 +138,7 @@ spark_base* ask(Capability* me, Capability* v) {
     // schedule/idle.cpp).
     if ((i & 63) == 0) sched_yield();
     if ((i & 63) == 0 && (now_ns() > deadline || me->inbox.maybe_nonempty())) {
-      expected = me;
+      expected = req;
       if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
                                                     std::memory_order_relaxed))
         return nullptr;  // withdrawn before the owner saw it
@@ -186,7 +196,41 @@ void spark_pool_release(Capability* cap) noexcept {
   p.slots = nullptr;
 }
 
-spark_base* find_spark(Capability* cap) {
+// Note [Asking before the sparks exist]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A program that makes its sparks in rounds (heat: 16 strips a step, then
+// a barrier) leaves the other capability idle between rounds.  Asking only
+// pools that hold sparks, the idle one saw a round's sparks at its next
+// look (every 256 turns of its spin), and its request was answered at the
+// maker's next poll point - after the maker had run the first strip
+// itself: in heat 512 400 at -N2 the idle capability began its first
+// strip of a step a median 15-28 us after the step began (now 0.3-0.6
+// us), against a step of about 190 us.
+// So a hunting capability (the idle loop, never a spark thread) that finds
+// every pool empty posts an *early* request on the empty pool of a
+// capability that has made sparks before and runs a thread, or has one in
+// its inbox (at a round's end the maker is often just being woken there,
+// its capability still marked idle): its Capability* with the low bit set
+// (early_request, pool.hpp).  A program that makes no sparks never sees an
+// early request: hog at -N2 (threads stuck behind a loop with no safe
+// point) took 1.45 ms instead of 1.25 when its idle capability asked the
+// looping one, its watch for the stall put off by each 20 us ask.
+// Poll points leave an early request pending while the pool is empty
+// (poll_spark_requests), so it is answered by the owner's next par(),
+// which polls after its push (spark<T>::push), with the spark just made.
+// The thief waits kEarlyAskNs for it, then withdraws as any thief does,
+// and posts it again at once (schedule/idle.cpp): asking early costs the
+// victim no answer, only a load at its poll points.
+// The hand-shake is the ordinary one: an owner that leaves a request
+// pending is an owner between poll points, and the withdrawal CAS against
+// the owner's exchange decides, as always, whether the answer comes.  So a
+// poll point must leave an early request alone, never clear it unanswered:
+// the thief's CAS would then fail and it would wait for an answer that
+// never comes (models/spark_steal.pml posts early requests, and its
+// BROKEN_EARLY variant clears one).  Unanswered early requests are not
+// counted as steal attempts (+RTS -s).  A capability whose hunt finds
+// nothing still sleeps after kSpinNs (schedule/idle.cpp).
+spark_base* find_spark(Capability* cap, bool* asked_early) {
   if (cap->n_stolen_sparks) return cap->stolen_sparks[--cap->n_stolen_sparks];  // ours already (stolen)
   if (rt.shutting_down.load(std::memory_order_relaxed)) return nullptr;
   if (spark_base* s = take_oldest(&cap->sparks)) return s;
@@ -198,10 +242,27 @@ spark_base* find_spark(Capability* cap) {
   for (unsigned i = 0; i < rt.n_caps; ++i) {
     Capability* v = rt.caps[(start + i) % rt.n_caps];
     if (v == cap || v->sparks.size() == 0) continue;
-    if (spark_base* s = ask(cap, v)) {
+    if (spark_base* s = ask(cap, v, /*early=*/false)) {
       cap->steals.add();
       return s;
     }
+  }
+  if (!asked_early) return nullptr;
+  // See Note [Asking before the sparks exist]: a capability that has made
+  // sparks and runs a thread, or is about to (one was just sent to it).
+  for (unsigned i = 0; i < rt.n_caps; ++i) {
+    Capability* v = rt.caps[(start + i) % rt.n_caps];
+    if (v == cap || v->sparks.created.load(std::memory_order_relaxed) == 0 ||
+        (v->idle.load(std::memory_order_relaxed) && !v->inbox.maybe_nonempty()))
+      continue;
+    if (v->sparks.request.load(std::memory_order_relaxed)) continue;  // someone else is asking v
+    *asked_early = true;
+    if (spark_base* s = ask(cap, v, /*early=*/true)) {
+      cap->steal_attempts.add();
+      cap->steals.add();
+      return s;
+    }
+    return nullptr;  // one early ask per look
   }
   return nullptr;
 }
@@ -288,8 +349,9 @@ bool spark_make_room(spark_pool* p) noexcept {
 void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
 
 void spark_respond(spark_pool* p) {
-  Capability* thief = p->request.exchange(nullptr, std::memory_order_acq_rel);
-  if (!thief) return;  // withdrawn
+  Capability* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
+  if (!r) return;  // withdrawn
+  auto* thief = reinterpret_cast<Capability*>(reinterpret_cast<std::uintptr_t>(r) & ~std::uintptr_t{1});
   // Answer with the oldest spark, plus up to a quarter of the rest (at most
   // kStealBatch in all): one round trip per spark would leave a thief idle
   // while we run a long spark between two poll points.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "capability/capability.hpp"
 #include "capstan/spark.hpp"
@@ -20,7 +21,10 @@ void spark_pool_release(Capability* cap) noexcept;
 // find_spark returns a spark for `cap` to run - one it stole earlier, the
 // oldest of its own pool, else one asked from another capability - already
 // marked stolen, or null.  Called by an idle capability and by spark threads.
-detail::spark_base* find_spark(Capability* cap);
+// With `asked_early` (the idle loop's hunt) it also posts an early request on
+// a busy capability's empty pool, and sets *asked_early if it did (Note
+// [Asking before the sparks exist]).
+detail::spark_base* find_spark(Capability* cap, bool* asked_early = nullptr);
 
 // remove_spark takes a pending spark out of its pool; trim_pool drops the
 // holes at the pool's ends (owner only).
@@ -34,10 +38,21 @@ void trim_pool(detail::spark_pool* p);
 // sparks]); the watch for stalled capabilities calls this directly.
 void wake_one_sleeper() noexcept;
 
-// Poll point: answer a steal request on cap's pool, if any.
+// An early request (Note [Asking before the sparks exist], pool.cpp) is
+// the thief's Capability* with its low bit set (a Capability is 64-byte
+// aligned): it is answered only once the pool holds a spark.
+inline Capability* early_request(Capability* thief) {
+  return reinterpret_cast<Capability*>(reinterpret_cast<std::uintptr_t>(thief) | 1);
+}
+inline bool is_early_request(const Capability* r) {
+  return (reinterpret_cast<std::uintptr_t>(r) & 1) != 0;
+}
+
+// Poll point: answer a steal request on cap's pool, if any; an early one
+// waits for a spark (the owner's next par() answers it).
 inline void poll_spark_requests(Capability* cap) {
-  if (cap->sparks.request.load(std::memory_order_relaxed)) [[unlikely]]
-    detail::spark_respond(&cap->sparks);
+  if (Capability* r = cap->sparks.request.load(std::memory_order_relaxed)) [[unlikely]]
+    if (!is_early_request(r) || cap->sparks.size() != 0) detail::spark_respond(&cap->sparks);
 }
 
 // The body of a spark thread: runs its first spark, then keeps finding

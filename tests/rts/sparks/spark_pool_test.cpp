@@ -284,6 +284,102 @@ TEST_F(StealProtocol, ParAnswersAPendingRequestWithTheSparkItPushes) {
   EXPECT_EQ(s.get(), 42);
 }
 
+// Note [Asking before the sparks exist]: only a hunt (early) asks a pool
+// that is empty, and only that of a busy capability that has made sparks;
+// the request is withdrawn when no spark comes within the wait, so nothing
+// is left behind.
+TEST_F(StealProtocol, OnlyAHuntAsksAnEmptyPoolAndOnlyABusyOne) {
+  Task owner;
+  own_victim(&owner);
+  spark_pool* p = &victim()->sparks;
+  std::uint64_t a0 = thief()->steal_attempts.get();
+  EXPECT_EQ(capstan::rts::find_spark(thief()), nullptr);  // a spark thread's look
+  EXPECT_EQ(thief()->steal_attempts.get(), a0) << "a spark thread's look asked an empty pool";
+  bool asked = false;
+  EXPECT_EQ(capstan::rts::find_spark(thief(), &asked), nullptr);
+  EXPECT_FALSE(asked) << "a capability that never made a spark was asked";
+  {
+    auto made = capstan::par([] { return 1; });  // now it has made one
+    EXPECT_EQ(made.get(), 1);
+  }
+  victim()->idle.store(true);
+  EXPECT_EQ(capstan::rts::find_spark(thief(), &asked), nullptr);
+  EXPECT_FALSE(asked) << "an idle capability with nothing in its inbox was asked";
+  victim()->idle.store(false);
+  EXPECT_EQ(capstan::rts::find_spark(thief(), &asked), nullptr);  // withdrawn, unanswered
+  EXPECT_TRUE(asked) << "a hunt did not ask the busy capability";
+  EXPECT_EQ(thief()->steal_attempts.get(), a0)
+      << "an unanswered early request was counted as a steal attempt";
+  EXPECT_EQ(p->request.load(), nullptr) << "a withdrawn request was left behind";
+  EXPECT_EQ(p->size(), 0u);
+}
+
+// An early request stays pending through the owner's poll points while
+// its pool is empty (an ordinary one is answered "none" there), and the
+// next par() answers it with the spark it pushes.
+TEST_F(StealProtocol, AnEarlyRequestWaitsThroughPollPointsForASpark) {
+  Task owner;
+  own_victim(&owner);
+  spark_pool* p = &victim()->sparks;
+  Capability* req = capstan::rts::early_request(thief());
+  p->request.store(req);
+  for (int i = 0; i < 3; ++i) capstan::rts::poll_spark_requests(victim());
+  EXPECT_EQ(p->request.load(), req) << "an early request was answered on an empty pool";
+  EXPECT_EQ(thief()->steal_box.load(), nullptr);
+  auto s = capstan::par([] { return 42; });
+  EXPECT_EQ(p->request.load(), nullptr);
+  ASSERT_EQ(addr(thief()->steal_box.load()), addr(&s));
+  EXPECT_EQ(p->size(), 0u);
+  run_stolen(thief()->steal_box.load());
+  EXPECT_EQ(s.get(), 42);
+}
+
+// The point of asking early: the owner's next par() answers with the spark
+// it has just made, before the owner can run it itself.  The request must
+// be seen pending on the still-empty pool (a thief that asked only pools
+// holding sparks never posts one there).
+TEST_F(StealProtocol, AnEarlyRequestIsAnsweredByTheNextPar) {
+  Task owner;
+  own_victim(&owner);
+  spark_pool* p = &victim()->sparks;
+  {
+    auto made = capstan::par([] { return 1; });  // a maker of sparks
+    EXPECT_EQ(made.get(), 1);
+  }
+  std::atomic<spark_base*> got{nullptr};
+  std::atomic<bool> stop{false};
+  std::thread thief_thread([&] {
+    while (!stop.load()) {
+      bool asked = false;
+      if (spark_base* s = capstan::rts::find_spark(thief(), &asked)) {
+        got.store(s);
+        return;
+      }
+    }
+  });
+  auto give_up = std::chrono::steady_clock::now() + capstan_test::kWaitGuard;  // failure guard
+  bool seen = false;
+  std::unique_ptr<spark<int>> s;
+  while (!s && std::chrono::steady_clock::now() < give_up) {
+    // The thief withdraws after kEarlyAskNs: push only while it is asking.
+    if (p->request.load() == capstan::rts::early_request(thief())) {
+      seen = true;
+      s.reset(new spark<int>(capstan::par([] { return 42; })));
+    }
+  }
+  // If the request was withdrawn just before the push, the thief's next
+  // (ordinary) ask is answered here.
+  while (s && !got.load() && std::chrono::steady_clock::now() < give_up)
+    capstan::rts::poll_spark_requests(victim());
+  stop.store(true);
+  thief_thread.join();
+  ASSERT_TRUE(seen) << "no request was posted on the empty pool of a busy capability";
+  ASSERT_EQ(addr(got.load()), addr(s.get()));
+  run_stolen(got.load());
+  EXPECT_EQ(s->get(), 42);
+  EXPECT_EQ(p->request.load(), nullptr);
+}
+
 // The owner pushes, pops its newest and polls, in random order; a thief
 // asks through find_spark at the same time.  Every spark runs exactly once,
 // either popped by its owner (fizzled) or answered to the thief; none is
@@ -337,7 +433,10 @@ TEST_F(StealProtocol, EverySparkGoesToExactlyOneParty) {
     Capability* me = thief();
     for (;;) {
       bool done = owner_done.load();  // read before looking: then nothing is left
-      if (spark_base* s = capstan::rts::find_spark(me)) {
+      // Half the looks are a hunt's, which also asks the empty pool (Note
+      // [Asking before the sparks exist]).
+      bool asked = false;
+      if (spark_base* s = capstan::rts::find_spark(me, rng.below(2) == 0 ? &asked : nullptr)) {
         run_stolen(s);
         by_thief.fetch_add(1);
         continue;
