@@ -10,10 +10,11 @@
  * gate's lock released by the landing side) and an asynchronous exception
  * ending that wait as post_throw does (Note [Raising asynchronously]).
  *
- * Parties: victim V owns a pool with two sparks and forces them with
- * get(), oldest first, polling for requests at its poll points (each slow
- * get(), and every turn of its idle loop afterwards, until it goes to
- * sleep); two idle thieves T1, T2 each ask V for sparks (at most two asks
+ * Parties: victim V owns a pool with two sparks - both made at the start,
+ * or the second made only after it forced the first (par() answers a
+ * pending request after its push) - and forces them with get(), oldest
+ * first, polling for requests at its poll points (each slow get(), and
+ * every turn of its idle loop afterwards, until it goes to sleep); two idle thieves T1, T2 each ask V for sparks (at most two asks
  * each) and run what they get on a spark thread, completing it.  A thief
  * may give up waiting at any moment (its deadline, or work in its inbox)
  * and withdraws its request.  A thief may also post an early request, the
@@ -216,6 +217,8 @@ inline discard(s, intr) {
 
 /* The victim: par() made sparks 1 and 2; get() forces them oldest first.
  * If a get() is interrupted, V unwinds: both sparks' destructors run. */
+bool made2;             /* spark 2 exists (made at the start, or by V later) */
+
 proctype Victim() {
   byte s, th, x, st;
   bool intr;
@@ -223,6 +226,19 @@ proctype Victim() {
   do
   :: s > NS -> break
   :: s <= NS ->
+       if
+       :: s == 2 && !made2 ->
+            /* par() makes spark 2 only now, and polls after its push
+             * (spark<T>::push): an early request waiting on the empty pool
+             * gets it. */
+            made2 = 1;
+            inpool[2] = 1;
+            if
+            :: request != 0 -> respond(th, x)
+            :: else -> skip
+            fi
+       :: else -> skip
+       fi;
 force:
        /* spark_force_slow */
        st = state[s];
@@ -364,7 +380,12 @@ active proctype Checker() {
 
 init {
   atomic {
-    inpool[1] = 1; inpool[2] = 1;
+    inpool[1] = 1;
+    /* Both sparks made at the start, or spark 2 only after V forced 1. */
+    if
+    :: inpool[2] = 1; made2 = 1
+    :: skip
+    fi;
     run Victim();
     run Thief(T1);
     run Thief(T2);

@@ -3,8 +3,10 @@
 //
 // Note [Sleeping capabilities]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// An idle capability first spins for up to kSpinNs watching its inbox (a
-// futex wake-up costs 5-24 us here, far more than most waits), then sleeps.
+// An idle capability first spins for about kSpinNs watching its inbox (a
+// futex wake-up costs 5-24 us here, far more than most waits; a hunt's
+// last early request may add up to kEarlyAskNs, sparks/pool.cpp), then
+// sleeps.
 // The hand-shake with a sender (notify_capability, task/handover.cpp) is
 // Dekker's, with seq_cst operations only (no stand-alone fences, which
 // ThreadSanitizer cannot model):
@@ -152,8 +154,9 @@ void idle(Task* task, Capability* cap) {
   for (unsigned round = 0; !found; ++round) {
     // Spin for kSpinNs watching the inbox, answering steal requests, and
     // looking for sparks (asking another capability every 256 turns: each
-    // ask costs the victim a poll, so thieves back off; an early request,
-    // which costs it none, is posted again at once when withdrawn) and, every
+    // ask costs the victim a poll, so thieves back off; but a look that
+    // posted an early request, which costs its victim no answer, is made
+    // again at once when the request is withdrawn) and, every
     // kLookGapNs, for a stalled capability's threads (Note [Stealing from a
     // stalled capability]).
     // Sparks are looked for only with a free CPU (Note [Spinning only on a

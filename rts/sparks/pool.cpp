@@ -20,7 +20,9 @@
 // sparks, every idle-loop turn - and answers with its oldest spark plus up
 // to a quarter of the rest (a batch: the thief keeps the extra ones in its
 // private backlog), which it removes from its pool and marks stolen, or
-// with "none".  A thief that waits too long withdraws its request with a CAS; if
+// with "none".  An early request (its address with the low bit set, Note
+// [Asking before the sparks exist]) is answered only once the pool holds a
+// spark: the poll points leave it pending until then.  A thief that waits too long withdraws its request with a CAS; if
 // that CAS fails the owner has already taken the request and will answer,
 // so the thief waits for the answer.  Memory orderings:
 //  * request CAS (thief, acq_rel) / exchange (owner, acq_rel): exactly one
@@ -135,9 +137,16 @@ spark_base* ask(Capability* me, Capability* v, bool early) {
     // The owner's OS thread may be waiting for ours to leave the CPU before
     // it can answer (more capabilities than CPUs, or the kernel put both on
     // one CPU): give it the CPU (Note [Yielding the CPU while spinning] in
-    // schedule/idle.cpp).
-    if ((i & 63) == 0) sched_yield();
-    if ((i & 63) == 0 && (now_ns() > deadline || me->inbox.maybe_nonempty())) {
+    // schedule/idle.cpp).  Not an early request's wait: its answer waits
+    // for a par(), not for our CPU, and the idle loop yields once per ask.
+    bool yield_now = (i & 63) == 0 && !early;
+    if (yield_now) sched_yield();
+    // Threads sent to us, or the runtime stopping, end the wait within 8
+    // turns (a hunt spends most of its spin here: Note [Asking before the
+    // sparks exist]); the clock is read every 64.
+    if ((i & 7) == 0 &&
+        (me->inbox.maybe_nonempty() || rt.stop.load(std::memory_order_relaxed) ||
+         ((i & 63) == 0 && now_ns() > deadline))) {
       expected = req;
       if (v->sparks.request.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
                                                     std::memory_order_relaxed))
@@ -206,21 +215,23 @@ void spark_pool_release(Capability* cap) noexcept {
 // itself: in heat 512 400 at -N2 the idle capability began its first
 // strip of a step a median 15-28 us after the step began (now 0.3-0.6
 // us), against a step of about 190 us.
-// So a hunting capability (the idle loop, never a spark thread) that finds
-// every pool empty posts an *early* request on the empty pool of a
-// capability that has made sparks before and runs a thread, or has one in
-// its inbox (at a round's end the maker is often just being woken there,
-// its capability still marked idle): its Capability* with the low bit set
-// (early_request, pool.hpp).  A program that makes no sparks never sees an
+// So a hunting capability (the idle loop, never a spark thread) whose
+// ordinary asks got nothing posts an *early* request on the pool of
+// another capability that has made sparks before and is not idle, or has
+// a thread in its inbox (at a round's end the maker is often just being
+// woken there, its capability still marked idle): its Capability* with
+// the low bit set (early_request, pool.hpp).  A program that makes no sparks never sees an
 // early request: hog at -N2 (threads stuck behind a loop with no safe
 // point) took 1.45 ms instead of 1.25 when its idle capability asked the
 // looping one, its watch for the stall put off by each 20 us ask.
 // Poll points leave an early request pending while the pool is empty
 // (poll_spark_requests), so it is answered by the owner's next par(),
 // which polls after its push (spark<T>::push), with the spark just made.
-// The thief waits kEarlyAskNs for it, then withdraws as any thief does,
-// and posts it again at once (schedule/idle.cpp): asking early costs the
-// victim no answer, only a load at its poll points.
+// The thief waits kEarlyAskNs for it (threads sent to it end the wait
+// within 8 turns), then withdraws as any thief does, and posts it again at
+// once (schedule/idle.cpp): an early request costs the victim a load and a
+// size test at its poll points, and an answer only if the pool holds
+// nothing but holes (size() counts them; the answer is "none").
 // The hand-shake is the ordinary one: an owner that leaves a request
 // pending is an owner between poll points, and the withdrawal CAS against
 // the owner's exchange decides, as always, whether the answer comes.  So a
@@ -236,7 +247,8 @@ spark_base* find_spark(Capability* cap, bool* asked_early) {
   if (spark_base* s = take_oldest(&cap->sparks)) return s;
   if (rt.n_caps == 1) return nullptr;
   // Random victim order (CMU report: fixed orders pile thieves onto the
-  // same victim); only victims whose pool looks non-empty are asked.
+  // same victim); only victims whose pool looks non-empty are asked, then
+  // (a hunt) one early request.
   cap->steal_seed = cap->steal_seed * 6364136223846793005ull + 1442695040888963407ull;
   unsigned start = static_cast<unsigned>(cap->steal_seed >> 33) % rt.n_caps;
   for (unsigned i = 0; i < rt.n_caps; ++i) {
@@ -351,7 +363,7 @@ void spark_overflow(spark_pool* p) noexcept { bump(p->overflowed); }
 void spark_respond(spark_pool* p) {
   Capability* r = p->request.exchange(nullptr, std::memory_order_acq_rel);
   if (!r) return;  // withdrawn
-  auto* thief = reinterpret_cast<Capability*>(reinterpret_cast<std::uintptr_t>(r) & ~std::uintptr_t{1});
+  Capability* thief = requester(r);
   // Answer with the oldest spark, plus up to a quarter of the rest (at most
   // kStealBatch in all): one round trip per spark would leave a thief idle
   // while we run a long spark between two poll points.

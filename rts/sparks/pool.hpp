@@ -47,6 +47,11 @@ inline Capability* early_request(Capability* thief) {
 inline bool is_early_request(const Capability* r) {
   return (reinterpret_cast<std::uintptr_t>(r) & 1) != 0;
 }
+// requester: the thief behind a request, early or not.
+inline Capability* requester(Capability* r) {
+  return reinterpret_cast<Capability*>(reinterpret_cast<std::uintptr_t>(r) & ~std::uintptr_t{1});
+}
+static_assert(alignof(Capability) >= 2, "early_request tags the low bit of a Capability*");
 
 // Poll point: answer a steal request on cap's pool, if any; an early one
 // waits for a spark (the owner's next par() answers it).

@@ -46,7 +46,7 @@ struct spark_pool {
   std::atomic<std::uint64_t> bottom{0};  // oldest index (the end idle capabilities get)
   std::uint64_t mask = 0;                // capacity - 1
   spark_base** slots = nullptr;          // null entries are removed sparks
-  std::atomic<rts::Capability*> request{nullptr};  // a thief's steal request
+  std::atomic<rts::Capability*> request{nullptr};  // a thief's steal request (low bit: early)
   rts::Capability* cap = nullptr;                 // the owner
   // Owner-written counters (relaxed stores), read by statistics.
   std::atomic<std::uint64_t> created{0}, overflowed{0}, fizzled{0}, gcd{0};

@@ -14,7 +14,7 @@ struct capability_statistics {
   std::uint64_t threads_pushed = 0;    // sent to idle capabilities (schedulePushWork)
   std::uint64_t threads_received = 0;  // arrived through the inbox
   std::uint64_t sleeps = 0;            // times the OS thread parked while idle
-  std::uint64_t steal_attempts = 0;    // spark requests sent to other capabilities
+  std::uint64_t steal_attempts = 0;    // spark requests sent to other capabilities (an early one once answered with a spark)
   std::uint64_t steals = 0;            // ... answered with a spark
   std::uint64_t threads_stolen = 0;    // taken from a stalled capability's run queue
   std::uint64_t safe_call_handoffs = 0;  // given to a spare Task while its Task was in a safe call
