@@ -1,7 +1,8 @@
 // idle_test.cpp - Note [Spinning only on a free CPU]: with more
 // capabilities than CPUs, an idle capability neither spins nor is woken for
 // sparks while every CPU has a busy capability; threads waiting behind a
-// stalled capability are still rescued.
+// stalled capability are still rescued; and a hunt that asks a busy
+// capability early still ends in sleep.
 #include <atomic>
 #include <chrono>
 
@@ -75,6 +76,31 @@ TEST_F(Idle, AStallIsRescuedWithoutAFreeCpu) {
   });
   EXPECT_TRUE(rescued.load()) << "the short threads waited for the hog";
   EXPECT_EQ(ran.load(), kShort);
+}
+
+// Note [Asking before the sparks exist]: a hunt keeps posting early
+// requests on the pool of a busy capability that has made sparks, but only
+// for its spin: next to a maker that makes no more, the idle capability
+// still goes to sleep.  Main stays busy (no runtime call) after one spark,
+// capability 1 is woken by a thread sent to it, and must sleep again.
+TEST_F(Idle, AHuntNextToABusySparkMakerStillSleeps) {
+  bool ran_there = false, slept_again = false;
+  capstan::run(capstan_test::opts(2), [&] {
+    {
+      auto s = capstan::par([] { return 1; });  // capability 0 has made a spark
+      EXPECT_EQ(s.get(), 1);
+    }
+    std::uint64_t s0 = rt.caps[1]->sleeps.get();
+    std::atomic<bool> flag{false};
+    capstan::fork_on(1, [&] { flag.store(true); });
+    auto no_runtime_call = [] { std::atomic_signal_fence(std::memory_order_seq_cst); };
+    ran_there = capstan_test::wait_until([&] { return flag.load(); }, no_runtime_call);
+    slept_again = capstan_test::wait_until(
+        [&] { return rt.caps[1]->sleeps.get() > s0 && rt.caps[1]->hold.load() == Hold::sleeping; },
+        no_runtime_call);
+  });
+  EXPECT_TRUE(ran_there);
+  EXPECT_TRUE(slept_again) << "capability 1 kept hunting next to a busy capability with an empty pool";
 }
 
 }  // namespace
