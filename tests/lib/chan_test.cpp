@@ -153,6 +153,36 @@ TEST_P(Chan, MemoryFollowsContent) {
   });
 }
 
+// reserve: the next n writes allocate no block (capacity never grows),
+// whatever reads come between them; room already there counts; reserved
+// blocks left unused are freed with the chan (ASan's leak check).
+TEST_P(Chan, ReserveMakesRoomForThatManyWritesWithoutAllocating) {
+  run([] {
+    constexpr std::size_t kItems = 4096 / sizeof(long);
+    chan<long> c;
+    c.write(-1);  // a block in use, partly filled
+    const std::size_t n = 10 * kItems + 7;
+    c.reserve(n);
+    const std::size_t cap = c.capacity();
+    EXPECT_GE(cap, n + 1);
+    EXPECT_LT(cap, n + 1 + kItems) << "reserve took more than it needed";
+    c.reserve(n / 2);
+    EXPECT_EQ(c.capacity(), cap) << "reserve allocated although the room was there";
+    long want = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+      c.write(static_cast<long>(i));
+      ASSERT_EQ(c.capacity(), cap) << "write " << i << " allocated";
+      if (i % 3 == 0) {
+        ASSERT_EQ(c.read(), want++);  // reads recycle blocks meanwhile
+      }
+    }
+    while (want < static_cast<long>(n)) ASSERT_EQ(c.read(), want++);
+    chan<long> unused;
+    unused.reserve(3 * kItems);
+    EXPECT_GE(unused.capacity(), 3 * kItems);
+  });
+}
+
 TEST_P(Chan, ReadForTimesOutAndLeavesNoWaiter) {
   run([] {
     chan<int> c;

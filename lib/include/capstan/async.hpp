@@ -83,7 +83,8 @@ struct async_slot {
 //    thread_killed in its slot.  Shutdown kills threads at checkpoints
 //    whatever their mask, so the report uses a chan write without the
 //    safe point (chan::write_no_checkpoint): it can neither be skipped nor
-//    throw from the destructor.
+//    throw from the destructor - not even bad_alloc, since the group
+//    reserved room for all its reports when it was made (chan::reserve).
 //  * The write is the child's last touch of the group: a chan write
 //    touches the chan no more once its item can be read (Note [Chan
 //    lifetime]), so the reader may destroy the group as soon as it has
@@ -138,7 +139,10 @@ class async_group {
   };
 
  public:
-  explicit async_group(std::size_t n) : ids_(n), reported_(n, 0) {}
+  // Room for every child's report is reserved here, where bad_alloc may
+  // still be thrown: a report, sent from a noexcept destructor, then never
+  // allocates (Note [Async threads]).
+  explicit async_group(std::size_t n) : ids_(n), reported_(n, 0) { done_.reserve(n); }
   async_group(const async_group&) = delete;
   async_group& operator=(const async_group&) = delete;
   // The destructor cancels: see Note [Async threads].

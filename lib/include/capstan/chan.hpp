@@ -46,7 +46,11 @@ class async_group;
 // taken them all.  A block the readers have emptied becomes the one spare
 // (a writer takes it instead of allocating); a second is freed, so memory
 // follows the chan's content, not its history, and a reader keeping up
-// with a writer allocates nothing.  Rejected alternatives:
+// with a writer allocates nothing.  reserve() sets blocks aside for the
+// writers (reserve_, under the writers' lock bit, taken after the spare),
+// so that writes it made room for never allocate; it takes and drops the
+// lock bit without publishing, as a write whose allocation failed does.
+// Rejected alternatives:
 //  * one lock over a ring buffer (this chan's first shape): at -N1 the
 //    cheapest, but with the writer and the reader on two cores every item
 //    moved the lock word and the ring's indices between them, 37-65 ns
@@ -131,9 +135,33 @@ class chan {
   }
 
   // capacity returns how many items the chan's storage, allocated at the
-  // moment of the call, holds (blocks in use and the one spare).
+  // moment of the call, holds (blocks in use, the one spare, and those
+  // reserve() set aside).
   std::size_t capacity() const noexcept {
     return blocks_.load(std::memory_order_relaxed) * block::kItems;
+  }
+
+  // reserve makes room for n more items than the chan holds now, so that
+  // the next n writes allocate nothing (they cannot fail for memory); may
+  // throw bad_alloc itself.  Never blocks.
+  void reserve(std::size_t n) {
+    lock_writers();
+    std::size_t room = wblock_ ? block::kItems - woff_ : 0;
+    room += reserved_ * block::kItems;
+    try {
+      while (room < n) {
+        auto* b = new block;
+        blocks_.fetch_add(1, std::memory_order_relaxed);
+        b->next = reserve_;
+        reserve_ = b;
+        ++reserved_;
+        room += block::kItems;
+      }
+    } catch (...) {
+      state_.fetch_and(~kLock, std::memory_order_release);  // nothing was published
+      throw;
+    }
+    state_.fetch_and(~kLock, std::memory_order_release);
   }
 
   // waiting returns how many readers were blocked at the moment of the call.
@@ -289,11 +317,18 @@ class chan {
     return v;
   }
 
-  // new_block: the spare if there is one, else a fresh block (may throw).
-  // Acquire/release on spare_: the reader's last touches of a recycled
-  // block come before the writer's first.
+  // new_block: the spare if there is one, else a reserved block, else a
+  // fresh block (may throw).  Writers' lock held.  Acquire/release on
+  // spare_: the reader's last touches of a recycled block come before the
+  // writer's first.
   block* new_block() {
     if (block* b = spare_.exchange(nullptr, std::memory_order_acq_rel)) {
+      b->next = nullptr;
+      return b;
+    }
+    if (block* b = reserve_) {
+      reserve_ = b->next;
+      --reserved_;
       b->next = nullptr;
       return b;
     }
@@ -360,6 +395,8 @@ class chan {
   block* wblock_ = nullptr;  // the block being filled
   std::size_t woff_ = 0;     // its next free slot
   block* first_ = nullptr;   // the first block, set with the first item
+  block* reserve_ = nullptr; // blocks reserve() set aside, linked by next
+  std::size_t reserved_ = 0; // how many
 };
 
 // Note [Chan readers waiting]
@@ -434,8 +471,10 @@ class chan {
 //    bounded by the OS threads writing at once.
 // A write still appending when the chan is destroyed is the caller's
 // error, as for any object.  A write may allocate a block (every kItems
-// items unless a spare is there), so even write_no_checkpoint can throw
-// bad_alloc.
+// items unless a spare or a reserved block is there), so even
+// write_no_checkpoint can throw bad_alloc - unless reserve() made room
+// first: detail::async_group reserves one item per child, so its reports,
+// sent from a noexcept destructor, never allocate.
 template <class T>
 chan<T>::~chan() {
   // Acquire: the servers' last touches come before the blocks are freed.
@@ -454,6 +493,7 @@ chan<T>::~chan() {
   }
   for (b = rblock_ ? rblock_ : first_; b;) delete std::exchange(b, b->next);
   delete spare_.load(std::memory_order_relaxed);
+  while (reserve_) delete std::exchange(reserve_, reserve_->next);
   core_.unlock();
 }
 
