@@ -27,6 +27,43 @@ struct count_on_exit {
   ~count_on_exit() { n->fetch_add(1); }
 };
 
+// A closure whose move throws at the k-th move (counted across all).
+std::atomic<int> g_moves{0};
+std::atomic<int> g_throw_at{-1};
+struct move_bomb {
+  move_bomb() = default;
+  move_bomb(const move_bomb&) = default;
+  move_bomb(move_bomb&&) {
+    if (g_moves.fetch_add(1) == g_throw_at.load()) throw std::runtime_error("move");
+  }
+  int operator()() const { return 7; }
+};
+
+// Making the child's closure, or moving it into the new thread, may throw:
+// async's constructor then rethrows, and the group it leaves behind has a
+// report for every child it counted, so its destructor does not wait for
+// ever (the closure left behind reports when the move into the thread
+// throws; nothing is counted when making the closure throws).
+TEST_P(Async, AClosureWhoseMoveThrowsLeavesNothingWaiting) {
+  run([] {
+    int threw = 0, ran = 0;
+    for (int k = 0; k < 6; ++k) {
+      g_moves = 0;
+      g_throw_at = k;
+      try {
+        async a(move_bomb{});
+        EXPECT_EQ(a.wait(), 7);
+        ++ran;
+      } catch (const std::runtime_error&) {
+        ++threw;
+      }
+    }
+    g_throw_at = -1;
+    EXPECT_GE(threw, 2) << "both the closure's making and its move into the thread should have thrown once";
+    EXPECT_GE(ran, 1);
+  });
+}
+
 TEST_P(Async, WaitReturnsTheResultOnce) {
   run([] {
     async a([] { return std::string("forty-two"); });

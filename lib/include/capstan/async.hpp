@@ -117,9 +117,14 @@ class async_group {
     template <class F>
     child(async_group* g, std::size_t i, async_slot<R>* s, mask_restore r, F&& f)
         : group(g), index(i), slot(s), restore(r), fn(std::forward<F>(f)) {}
+    // The source gives up its report only once f has moved: if Fn's move
+    // throws, the source still reports (and the half-made copy, whose
+    // destructor does not run, never does).
     child(child&& o) noexcept(std::is_nothrow_move_constructible_v<Fn>)
-        : group(std::exchange(o.group, nullptr)), index(o.index), slot(o.slot),
-          restore(o.restore), fn(std::move(o.fn)) {}
+        : group(o.group), index(o.index), slot(o.slot), restore(o.restore),
+          fn(std::move(o.fn)) {
+      o.group = nullptr;
+    }
     child& operator=(child&&) = delete;
 
     void operator()() {
@@ -133,7 +138,7 @@ class async_group {
       if (!group) return;
       fn.reset();  // f's captures are gone before the report
       if (!slot->value && !slot->error)  // never ran: killed by shutdown before it started
-        slot->error = std::make_exception_ptr(thread_killed{});
+        slot->error = thread_killed_ptr();  // made once: the report path allocates nothing
       group->report(index);
     }
   };
@@ -152,10 +157,14 @@ class async_group {
   template <class R, class F>
   void start(std::size_t i, async_slot<R>& slot, F&& f) {
     uninterruptible_mask([&](mask_restore restore) {
-      // Counted first: if forking fails, the closure's destructor still
-      // reports (with thread_killed), and cancel_all reads that report.
+      // The closure first: if making it throws (f's copy or move), nothing
+      // was started and nothing will report.  Counted next: from here the
+      // closure reports whatever happens - if forking fails, or moving it
+      // into the thread throws, the one left here reports (with
+      // thread_killed), and cancel_all reads that report.
+      child<R, std::decay_t<F>> c(this, i, &slot, restore, std::forward<F>(f));
       ++started_;
-      ids_[i] = fork_io(child<R, std::decay_t<F>>(this, i, &slot, restore, std::forward<F>(f)));
+      ids_[i] = fork_io(std::move(c));
     });
   }
 
