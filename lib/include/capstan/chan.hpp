@@ -47,9 +47,10 @@ class async_group;
 // (a writer takes it instead of allocating); a second is freed, so memory
 // follows the chan's content, not its history, and a reader keeping up
 // with a writer allocates nothing.  reserve() sets blocks aside for the
-// writers (reserve_, under the writers' lock bit, taken after the spare),
-// so that writes it made room for never allocate; it takes and drops the
-// lock bit without publishing, as a write whose allocation failed does.
+// writers (reserve_, guarded by the writers' lock bit; new_block takes one
+// only when there is no spare), so that writes it made room for never
+// allocate; those blocks stay allocated until used.  It takes and drops
+// the lock bit without publishing, as a write whose allocation failed does.
 // Rejected alternatives:
 //  * one lock over a ring buffer (this chan's first shape): at -N1 the
 //    cheapest, but with the writer and the reader on two cores every item
@@ -74,8 +75,8 @@ struct chan_block {
 // chan<T> is an unbounded FIFO channel (GHC's Chan): write never blocks,
 // read blocks while the chan is empty.  Any number of readers and writers;
 // blocked readers are served in the order they blocked, each item going
-// to exactly one reader.  Blocking calls need a green thread; write and
-// try_read work from any thread while the runtime runs.  Readers still
+// to exactly one reader.  Blocking calls need a green thread; write,
+// try_read and the rest work from any thread while the runtime runs.  Readers still
 // blocked when the chan is destroyed get blocked_indefinitely.
 template <class T>
 class chan {
@@ -142,8 +143,9 @@ class chan {
   }
 
   // reserve makes room for n more items than the chan holds now, so that
-  // the next n writes allocate nothing (they cannot fail for memory); may
-  // throw bad_alloc itself.  Never blocks.
+  // the next n writes allocate nothing (they cannot fail for memory); not
+  // cumulative (reserve(5) twice leaves room for 5).  May throw bad_alloc
+  // itself, keeping what it set aside.  Never blocks; any thread.
   void reserve(std::size_t n) {
     lock_writers();
     std::size_t room = wblock_ ? block::kItems - woff_ : 0;
@@ -215,7 +217,8 @@ class chan {
   }
 
   // lock_writers takes the writers' lock bit and returns the state with it
-  // set.  Acquire: the previous writer's appends (wblock_, woff_).
+  // set.  Acquire: the previous writer's appends (wblock_, woff_) and
+  // reserve()'s blocks (reserve_, reserved_).
   std::uint64_t lock_writers() noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     for (unsigned turns = 0;;) {
