@@ -22,9 +22,10 @@
 // private backlog), which it removes from its pool and marks stolen, or
 // with "none".  An early request (its address with the low bit set, Note
 // [Asking before the sparks exist]) is answered only once the pool holds a
-// spark: the poll points leave it pending until then.  A thief that waits too long withdraws its request with a CAS; if
-// that CAS fails the owner has already taken the request and will answer,
-// so the thief waits for the answer.  Memory orderings:
+// spark: the poll points leave it pending until then.  A thief that waits
+// too long withdraws its request with a CAS; if that CAS fails the owner
+// has already taken the request and will answer, so the thief waits for
+// the answer.  Memory orderings:
 //  * request CAS (thief, acq_rel) / exchange (owner, acq_rel): exactly one
 //    of "owner answers" and "thief withdraws" wins.
 //  * steal_box store (owner, release) / load (thief, acquire): the spark's
@@ -139,8 +140,7 @@ spark_base* ask(Capability* me, Capability* v, bool early) {
     // one CPU): give it the CPU (Note [Yielding the CPU while spinning] in
     // schedule/idle.cpp).  Not an early request's wait: its answer waits
     // for a par(), not for our CPU, and the idle loop yields once per ask.
-    bool yield_now = (i & 63) == 0 && !early;
-    if (yield_now) sched_yield();
+    if ((i & 63) == 0 && !early) sched_yield();
     // Threads sent to us, or the runtime stopping, end the wait within 8
     // turns (a hunt spends most of its spin here: Note [Asking before the
     // sparks exist]); the clock is read every 64.
@@ -220,10 +220,11 @@ void spark_pool_release(Capability* cap) noexcept {
 // another capability that has made sparks before and is not idle, or has
 // a thread in its inbox (at a round's end the maker is often just being
 // woken there, its capability still marked idle): its Capability* with
-// the low bit set (early_request, pool.hpp).  A program that makes no sparks never sees an
-// early request: hog at -N2 (threads stuck behind a loop with no safe
-// point) took 1.45 ms instead of 1.25 when its idle capability asked the
-// looping one, its watch for the stall put off by each 20 us ask.
+// the low bit set (early_request, pool.hpp).  A program that makes no
+// sparks never sees an early request: hog at -N2 (threads stuck behind a
+// loop with no safe point) took 1.45 ms instead of 1.25 when its idle
+// capability asked the looping one, its watch for the stall put off by
+// each 20 us ask.
 // Poll points leave an early request pending while the pool is empty
 // (poll_spark_requests), so it is answered by the owner's next par(),
 // which polls after its push (spark<T>::push), with the spark just made.

@@ -76,8 +76,8 @@ struct chan_block {
 // read blocks while the chan is empty.  Any number of readers and writers;
 // blocked readers are served in the order they blocked, each item going
 // to exactly one reader.  Blocking calls need a green thread; write,
-// try_read and the rest work from any thread while the runtime runs.  Readers still
-// blocked when the chan is destroyed get blocked_indefinitely.
+// try_read and the rest work from any thread while the runtime runs.
+// Readers still blocked when the chan is destroyed get blocked_indefinitely.
 template <class T>
 class chan {
   static_assert(std::is_nothrow_move_constructible_v<T>,
@@ -149,21 +149,19 @@ class chan {
   void reserve(std::size_t n) {
     lock_writers();
     std::size_t room = wblock_ ? block::kItems - woff_ : 0;
-    room += reserved_ * block::kItems;
+    for (block* b = reserve_; b; b = b->next) room += block::kItems;
     try {
       while (room < n) {
         auto* b = new block;
         blocks_.fetch_add(1, std::memory_order_relaxed);
-        b->next = reserve_;
-        reserve_ = b;
-        ++reserved_;
+        b->next = std::exchange(reserve_, b);
         room += block::kItems;
       }
     } catch (...) {
-      state_.fetch_and(~kLock, std::memory_order_release);  // nothing was published
+      unlock_writers();
       throw;
     }
-    state_.fetch_and(~kLock, std::memory_order_release);
+    unlock_writers();
   }
 
   // waiting returns how many readers were blocked at the moment of the call.
@@ -199,7 +197,7 @@ class chan {
       try {
         b = new_block();
       } catch (...) {
-        state_.fetch_and(~kLock, std::memory_order_release);  // nothing was published
+        unlock_writers();
         throw;
       }
       if (wblock_) wblock_->next = b; else first_ = b;
@@ -216,9 +214,13 @@ class chan {
     if (s & kWait) [[unlikely]] serve_from_writer();
   }
 
+  // unlock_writers drops the writers' lock bit without publishing an item
+  // (a write whose allocation failed, reserve).  Release: as a write's.
+  void unlock_writers() noexcept { state_.fetch_and(~kLock, std::memory_order_release); }
+
   // lock_writers takes the writers' lock bit and returns the state with it
   // set.  Acquire: the previous writer's appends (wblock_, woff_) and
-  // reserve()'s blocks (reserve_, reserved_).
+  // reserve()'s blocks (reserve_).
   std::uint64_t lock_writers() noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     for (unsigned turns = 0;;) {
@@ -330,9 +332,7 @@ class chan {
       return b;
     }
     if (block* b = reserve_) {
-      reserve_ = b->next;
-      --reserved_;
-      b->next = nullptr;
+      reserve_ = std::exchange(b->next, nullptr);
       return b;
     }
     block* b = new block;
@@ -399,7 +399,6 @@ class chan {
   std::size_t woff_ = 0;     // its next free slot
   block* first_ = nullptr;   // the first block, set with the first item
   block* reserve_ = nullptr; // blocks reserve() set aside, linked by next
-  std::size_t reserved_ = 0; // how many
 };
 
 // Note [Chan readers waiting]
