@@ -21,10 +21,14 @@
 namespace capstan_test {
 
 // Sanitizer builds run the big loops at a tenth of their size.
+// kSanitized: an ASan or TSan build, where timing-based properties (a
+// spin that outlasts a short call, say) do not hold.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr int kScale = 10;
+inline constexpr bool kSanitized = true;
 #else
 inline constexpr int kScale = 1;
+inline constexpr bool kSanitized = false;
 #endif
 
 inline capstan::options opts(unsigned caps, std::chrono::microseconds slice = std::chrono::microseconds(20000)) {

@@ -37,6 +37,7 @@
 #include "mvar/event.hpp"
 #include "primitives/parker.hpp"
 #include "primitives/sanitizer.hpp"
+#include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/schedule.hpp"
 #include "task/handover.hpp"
@@ -106,6 +107,60 @@ Capability* claim_any(Capability* hint) {
   return nullptr;
 }
 
+// Note [Spinning for a free capability]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An in-call that finds every capability held queues its thread and waits
+// to be handed a capability (Note [Bound threads]).  When several OS
+// threads call in at a high rate, that alone makes a convoy: each in-call
+// that ends hands the capability to the next queued Task, which is asleep
+// or not on a CPU (callback001 at -N1: four threads, two CPUs, one
+// capability), so every call paid an OS wake-up and a pass through the
+// kernel's scheduler - 11-13 us per in-call, where the calls themselves
+// take about 0.1 us.  A futex-based mutex avoids the same convoy by
+// letting a running thread take the lock when it is free instead of
+// handing it to a sleeper.  So an in-call that finds no free capability,
+// while another in-call holds one (its Task is a foreign one: it will
+// likely let the capability go within microseconds), keeps trying to
+// claim one for up to kClaimSpinNs, pausing and then yielding its CPU
+// between tries (SpinWait), and queues only after that.  Only with a
+// second CPU (on one, spinning would only delay the holder), and never
+// while green threads hold the capabilities: an in-call behind a busy
+// scheduler queues at once, as before, and is let in at the holder's next
+// scheduling point.  Queued threads keep their priority: a releasing
+// holder hands the capability to the front bound thread, and lets it go
+// free only when none waits.  The claim is the same CAS as ever
+// (try_grab_capability), so the hand-over protocol does not change: a
+// claim retried later is an in-call that arrived later, which
+// models/capability_handover.pml already explores.
+constexpr std::int64_t kClaimSpinNs = 20'000;
+
+// held_by_an_in_call: some capability is held by an in-call's Task.
+// Tasks live until run() ends, as for notify_capability's unpark.
+bool held_by_an_in_call() {
+  for (Capability* c : rt.caps) {
+    if (c->hold.load(std::memory_order_relaxed) != Hold::held) continue;
+    // acquire: the Task we read is fully constructed (kind is set before
+    // it is published).
+    Task* t = c->running_task.load(std::memory_order_acquire);
+    if (t && t->kind == TaskKind::foreign) return true;
+  }
+  return false;
+}
+
+Capability* claim_spinning(Capability* hint) {
+  if (rt.n_cpus < 2 || !held_by_an_in_call()) return nullptr;
+  std::int64_t deadline = now_ns() + kClaimSpinNs;
+  SpinWait spin;
+  for (unsigned i = 1;; ++i) {
+    spin.turn();
+    if (Capability* c = claim_any(hint)) return c;
+    if ((i & 15) == 0 &&
+        (now_ns() > deadline || !process.accepting_incalls.load(std::memory_order_relaxed) ||
+         !held_by_an_in_call()))
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 void call_in_raw(void (*fn)(void*), void* ctx) {
@@ -152,6 +207,7 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
       task->last_cap ? task->last_cap
                      : rt.caps[rt.next_bound_cap.fetch_add(1, std::memory_order_relaxed) % rt.n_caps];
   Capability* got = claim_any(hint);
+  if (!got) got = claim_spinning(hint);  // Note [Spinning for a free capability]
   Capability* home = got ? got : hint;
   InCallClosure closure{fn, ctx};
   Thread* t;
@@ -180,6 +236,7 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
     got->run_queue.push_front(t);
   } else {
     task->last_cap = home;
+    rt.incalls_queued.add();
     home->inbox.push(t);
     notify_capability(home);
   }

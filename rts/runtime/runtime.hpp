@@ -91,6 +91,7 @@ struct Runtime {
   std::atomic<std::uint32_t> os_threads{0};      // [atomic] runtime-made OS threads still running (futex word)
   SharedCounter tasks_created;
   SharedCounter incall_threads_created;          // not counted by any capability
+  SharedCounter incalls_queued;                  // in-calls that waited for a hand-over (foreign/in_call.cpp)
   std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
   Fates fates;                                   // internally synchronised (thread/fates.hpp)
   long main_tid = 0;                             // [start] OS thread id of run()'s caller

@@ -72,6 +72,7 @@ runtime_statistics snapshot_statistics() {
     s.stacks_in_use += c->stacks_allocated.get() - c->stacks_freed.get();
   }
   s.incall_threads = rt.incall_threads_created.get();
+  s.incalls_queued = rt.incalls_queued.get();
   s.deadlocks_detected = rt.deadlocks_detected.get();
   s.deadlock_checks_skipped = rt.deadlock_stood_down.get();
   s.threads_created += s.incall_threads;
