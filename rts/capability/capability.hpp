@@ -79,6 +79,9 @@ struct alignas(64) Capability {
   std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
   std::atomic<Hold> hold{Hold::held};          // [atomic] Note [Handing over a capability]
   std::atomic<Task*> running_task{nullptr};    // [holder writes; anyone reads to unpark it]
+  // [holder writes (relaxed) in take_capability; anyone reads, a hint]
+  // held by an in-call's Task: Note [Spinning for a free capability]
+  std::atomic<bool> held_by_incall{false};
   // [holder writes (relaxed); the ticker reads] safe calls entered with
   // work waiting: Note [Deferred hand-off] in foreign/safe_call.cpp
   std::atomic<std::uint32_t> deferred_calls{0};

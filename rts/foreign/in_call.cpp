@@ -27,6 +27,8 @@
 // count is 0.  Every path out of call_in_raw after the increment - a
 // refusal, a Task or thread that cannot be made, the call's end - undoes it
 // exactly once (InCallCount), or run() would wait for ever.
+#include <sched.h>
+
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -119,14 +121,18 @@ Capability* claim_any(Capability* hint) {
 // take about 0.1 us.  A futex-based mutex avoids the same convoy by
 // letting a running thread take the lock when it is free instead of
 // handing it to a sleeper.  So an in-call that finds no free capability,
-// while another in-call holds one (its Task is a foreign one: it will
-// likely let the capability go within microseconds), keeps trying to
-// claim one for up to kClaimSpinNs, pausing and then yielding its CPU
-// between tries (SpinWait), and queues only after that.  Only with a
-// second CPU (on one, spinning would only delay the holder), and never
-// while green threads hold the capabilities: an in-call behind a busy
-// scheduler queues at once, as before, and is let in at the holder's next
-// scheduling point.  Queued threads keep their priority: a releasing
+// while some capability is held by an in-call's Task (Capability::
+// held_by_incall: it will likely let the capability go within
+// microseconds), keeps trying to claim one for about kClaimSpinNs -
+// pausing, then yielding its CPU between tries (SpinWait: with four
+// threads on two CPUs the holder may be waiting for ours), reading the
+// clock every 16 turns and after every yield - and queues after that.  Only with a second CPU (on one, spinning would
+// only delay the holder).  An in-call behind capabilities that green
+// threads hold (main, workers, spares) queues at once, as before, and is
+// let in at the holder's next scheduling point; but an in-call's Task also
+// runs other green threads while its own thread is blocked (Note
+// [In-calls]), and an in-call behind one of those spins its 20 us out
+// before it queues.  Queued threads keep their priority: a releasing
 // holder hands the capability to the front bound thread, and lets it go
 // free only when none waits.  The claim is the same CAS as ever
 // (try_grab_capability), so the hand-over protocol does not change: a
@@ -134,16 +140,13 @@ Capability* claim_any(Capability* hint) {
 // models/capability_handover.pml already explores.
 constexpr std::int64_t kClaimSpinNs = 20'000;
 
-// held_by_an_in_call: some capability is held by an in-call's Task.
-// Tasks live until run() ends, as for notify_capability's unpark.
+// held_by_an_in_call: some capability is held by an in-call's Task (a
+// hint: relaxed loads of flags their holders write).
 bool held_by_an_in_call() {
-  for (Capability* c : rt.caps) {
-    if (c->hold.load(std::memory_order_relaxed) != Hold::held) continue;
-    // acquire: the Task we read is fully constructed (kind is set before
-    // it is published).
-    Task* t = c->running_task.load(std::memory_order_acquire);
-    if (t && t->kind == TaskKind::foreign) return true;
-  }
+  for (Capability* c : rt.caps)
+    if (c->held_by_incall.load(std::memory_order_relaxed) &&
+        c->hold.load(std::memory_order_relaxed) == Hold::held)
+      return true;
   return false;
 }
 
@@ -152,9 +155,9 @@ Capability* claim_spinning(Capability* hint) {
   std::int64_t deadline = now_ns() + kClaimSpinNs;
   SpinWait spin;
   for (unsigned i = 1;; ++i) {
-    spin.turn();
+    spin.turn();  // pauses, then (after kSpinTurns) a sched_yield per turn
     if (Capability* c = claim_any(hint)) return c;
-    if ((i & 15) == 0 &&
+    if (((i & 15) == 0 || i > kSpinTurns) &&
         (now_ns() > deadline || !process.accepting_incalls.load(std::memory_order_relaxed) ||
          !held_by_an_in_call()))
       return nullptr;

@@ -61,6 +61,7 @@ void take_capability(Task* task, Capability* cap) noexcept {
   task->cap = cap;
   task->last_cap = cap;
   cap->running_task.store(task, std::memory_order_relaxed);
+  cap->held_by_incall.store(task->kind == TaskKind::foreign, std::memory_order_relaxed);
   detail::tl_spark_pool = &cap->sparks;
 }
 

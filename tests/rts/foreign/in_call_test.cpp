@@ -97,7 +97,8 @@ TEST_P(InCall, SixteenForeignThreadsAtOnce) {
 // in-call that finds the capability held by another in-call claims it when
 // it is let go (Note [Spinning for a free capability]) rather than queueing
 // and waiting to be handed it - which made every call an OS wake-up.  At
-// most a quarter may queue (1-4 % did here; without the spin 54-98 %).
+// most a quarter may queue (1-8 % did here, fewer with other processes
+// busy on both CPUs; without the spin 54-98 %).
 // Needs a second CPU: on one, in-calls do not spin.  Under the sanitizers
 // an in-call takes hundreds of microseconds, longer than the spin, so
 // there only the results are checked.
