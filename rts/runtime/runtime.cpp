@@ -245,7 +245,9 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     task0->bound_thread = main_thread;
 
     trace_start();  // +RTS -l: before any other OS thread (rt.tracing is [start])
-    for (unsigned i = 1; i < rt.n_caps; ++i) start_os_thread(initial[i], rt.scheduler_loop);
+    // Note [Starting on another CPU] (task/task.cpp)
+    for (unsigned i = 1; i < rt.n_caps; ++i)
+      start_os_thread(initial[i], rt.scheduler_loop, /*elsewhere=*/true);
     rt.ticker.start(o.timeslice);
   } catch (...) {
     abandon_start(task0);

@@ -3,8 +3,10 @@
 #include "task/task.hpp"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <cerrno>
+#include <memory>
 #include <system_error>
 #include <thread>
 
@@ -100,27 +102,88 @@ void retire(Task* t) {
 
 }  // namespace
 
-void start_os_thread(Task* task, void (*body)(Task*)) {
+// Note [Starting on another CPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Linux places a new thread near its creator, often on the creator's own
+// CPU, and moves it only when a balancing pass notices.  run() starts the
+// capabilities' OS threads from the thread that goes on to run main, so a
+// worker could sit queued behind main for milliseconds while the other CPU
+// ran something else: `perf sched timehist` of `sieve 2000000 +RTS -N2`
+// (2 ms of work in 31 sparks) showed capability 1's thread runnable on
+// main's CPU for 3.2 ms before it first ran, and in 8 of 20 runs no spark
+// was converted at all (the program ran at its -N1 speed).  So run()
+// starts each worker with an affinity mask that leaves out the creator's
+// CPU (pthread_attr_setaffinity_np: the kernel picks among the others when
+// it places the thread), and the worker's first act is to restore the
+// process's whole mask, so nothing stays pinned: the kernel may move it
+// later as it likes.  Not done when the mask holds one CPU, and not for
+// spare or fork_os Tasks, which start while the runtime is running and
+// its threads are spread already.  Rejected: pinning each capability to a
+// CPU for good (GHC's -qa), which fights other processes for CPUs the
+// kernel could balance.
+namespace {
+
+struct Start {
+  Task* task;
+  void (*body)(Task*);
+  bool widen;         // restore `mask` first (it started on a narrower one)
+  cpu_set_t mask;     // the process's mask when the thread was made
+};
+
+void run_os_thread(Start* st) {
+  st->task->start_cpu.store(sched_getcpu(), std::memory_order_relaxed);
+  if (st->widen) sched_setaffinity(0, sizeof st->mask, &st->mask);  // failure: stays narrower
+  Task* task = st->task;
+  void (*body)(Task*) = st->body;
+  delete st;
+  // Named, so deadlock detection can tell the runtime's OS threads from
+  // the program's (Note [Deadlock detection] in exception/deadlock.cpp).
+  pthread_setname_np(pthread_self(), "capstan-task");
+  bind_task_to_this_os_thread(task);
+  init_task_sanitizer_state(task);
+  if (!rt.sanitizers) enter_signal_stack(task);
+  body(task);
+  if (!rt.sanitizers) leave_signal_stack(task);
+  set_my_task(nullptr);
+  retire(task);
+  // Last: run() waits for this count to reach zero before it frees Tasks.
+  if (rt.os_threads.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    futex_wake(&rt.os_threads, 1);
+}
+
+extern "C" void* os_thread_entry(void* arg) {
+  run_os_thread(static_cast<Start*>(arg));
+  return nullptr;
+}
+
+}  // namespace
+
+void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere) {
   rt.os_threads.fetch_add(1, std::memory_order_relaxed);
   try {
     if (fault_injection::should_fail(fault_injection::fail_os_thread_start))
       throw std::system_error(EAGAIN, std::generic_category(),
                               "capstan: cannot start an OS thread (fault injected by a test)");
-    std::thread([task, body] {
-      // Named, so deadlock detection can tell the runtime's OS threads from
-      // the program's (Note [Deadlock detection] in exception/deadlock.cpp).
-      pthread_setname_np(pthread_self(), "capstan-task");
-      bind_task_to_this_os_thread(task);
-      init_task_sanitizer_state(task);
-      if (!rt.sanitizers) enter_signal_stack(task);
-      body(task);
-      if (!rt.sanitizers) leave_signal_stack(task);
-      set_my_task(nullptr);
-      retire(task);
-      // Last: run() waits for this count to reach zero before it frees Tasks.
-      if (rt.os_threads.fetch_sub(1, std::memory_order_acq_rel) == 1)
-        futex_wake(&rt.os_threads, 1);
-    }).detach();
+    auto st = std::make_unique<Start>(Start{task, body, false, {}});
+    pthread_attr_t attr;
+    if (int e = pthread_attr_init(&attr))
+      throw std::system_error(e, std::generic_category(), "capstan: cannot start an OS thread");
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int here = elsewhere ? sched_getcpu() : -1;
+    task->creator_cpu = -1;
+    task->start_cpu.store(-1, std::memory_order_relaxed);
+    if (here >= 0 && sched_getaffinity(0, sizeof st->mask, &st->mask) == 0 &&
+        CPU_COUNT(&st->mask) >= 2 && CPU_ISSET(here, &st->mask)) {
+      cpu_set_t others = st->mask;
+      CPU_CLR(here, &others);
+      st->widen = pthread_attr_setaffinity_np(&attr, sizeof others, &others) == 0;
+      if (st->widen) task->creator_cpu = here;
+    }
+    pthread_t id;
+    int e = pthread_create(&id, &attr, &os_thread_entry, st.get());
+    pthread_attr_destroy(&attr);
+    if (e) throw std::system_error(e, std::generic_category(), "capstan: cannot start an OS thread");
+    st.release();  // the thread owns it now
   } catch (...) {
     rt.os_threads.fetch_sub(1, std::memory_order_relaxed);
     retire(task);

@@ -103,6 +103,13 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   void* alt_stack = nullptr;       // [owner]
   stack_t prev_alt_stack{};        // [owner]
 
+  // Where its OS thread started (Note [Starting on another CPU]): for
+  // tests and diagnosis.  creator_cpu: [written by start_os_thread before
+  // the thread exists] the starter's CPU when it asked for another, else -1.
+  // start_cpu: [the thread writes once, relaxed] the CPU it first ran on.
+  int creator_cpu = -1;
+  std::atomic<int> start_cpu{-1};
+
   // Sanitizer state of the native scheduler context.
   void* tsan_fiber = nullptr;             // [owner]
   const void* native_stack_lo = nullptr;  // [owner]
@@ -142,7 +149,10 @@ inline void* stack_pointer() noexcept {
 Task* new_task(TaskKind kind);
 // start_os_thread runs body(task) on a new OS thread, counted in
 // rt.os_threads; on exit the Task is retired.  Throws std::system_error.
-void start_os_thread(Task* task, void (*body)(Task*));
+// With `elsewhere`, the new thread starts on a CPU other than the caller's
+// (if the affinity mask has another), then widens to the whole mask: Note
+// [Starting on another CPU].
+void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere = false);
 
 // Fills in the per-OS-thread caches of a Task running on the calling thread.
 void bind_task_to_this_os_thread(Task* t);

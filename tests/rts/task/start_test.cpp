@@ -1,0 +1,78 @@
+// start_test.cpp - where run() starts the capabilities' OS threads (Note
+// [Starting on another CPU], task/task.cpp): off the CPU of the thread
+// that goes on to run main, and then free to run on the whole mask.
+#include <sched.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "capstan_test.hpp"
+#include "capability/capability.hpp"
+#include "runtime/runtime.hpp"
+#include "task/task.hpp"
+
+namespace {
+
+using namespace capstan;
+
+class StartOsThread : public capstan_test::RuntimeTest,
+                      public ::testing::WithParamInterface<unsigned> {};
+
+int mask_size() {
+  cpu_set_t m;
+  return sched_getaffinity(0, sizeof m, &m) == 0 ? CPU_COUNT(&m) : -1;
+}
+
+// Each worker started by run() first ran on a CPU other than its
+// starter's, and every capability's thread then runs with the process's
+// whole mask (two CPUs here): a worker left on the narrower mask would be
+// pinned for the whole run.
+TEST_P(StartOsThread, WorkersStartOffMainsCpuAndKeepTheWholeMask) {
+  capstan_test::CpuPin two(2);
+  if (!two.ok()) GTEST_SKIP() << "needs two CPUs";
+  const unsigned n = GetParam();
+  std::vector<int> creator(n, -2), started(n, -2), mask(n, -2);
+  run(capstan_test::opts(n), [&] {
+    for (unsigned i = 1; i < n; ++i) {
+      rts::Capability* c = rts::rt.caps[i];
+      rts::Task* t = c->running_task.load(std::memory_order_acquire);
+      ASSERT_NE(t, nullptr);
+      creator[i] = t->creator_cpu;
+      // The worker writes start_cpu first thing; it has surely run by the
+      // time a thread forked on its capability does.
+      mvar<int> m;
+      fork_on(i, [&] { m.put(mask_size()); });
+      mask[i] = m.take();
+      started[i] = t->start_cpu.load(std::memory_order_relaxed);
+    }
+  });
+  for (unsigned i = 1; i < n; ++i) {
+    SCOPED_TRACE(::testing::Message() << "capability " << i);
+    EXPECT_GE(creator[i], 0) << "run() did not ask for another CPU";
+    EXPECT_GE(started[i], 0);
+    EXPECT_NE(started[i], creator[i]) << "the worker first ran on its starter's CPU";
+    EXPECT_EQ(mask[i], 2) << "the worker did not widen its mask back";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Caps, StartOsThread, ::testing::Values(2u, 4u),
+                         capstan_test::caps_name);
+
+// With one CPU in the mask there is nowhere else to go: workers start
+// where they can, and nothing is narrowed.
+TEST_F(StartOsThread, WithOneCpuNothingIsNarrowed) {
+  capstan_test::CpuPin one(1);
+  if (!one.ok()) GTEST_SKIP() << "cannot pin to one CPU";
+  int creator = -2, mask = -2;
+  run(capstan_test::opts(2), [&] {
+    creator = rts::rt.caps[1]->running_task.load(std::memory_order_acquire)->creator_cpu;
+    mvar<int> m;
+    fork_on(1, [&] { m.put(mask_size()); });
+    mask = m.take();
+  });
+  EXPECT_EQ(creator, -1);
+  EXPECT_EQ(mask, 1);
+}
+
+}  // namespace
