@@ -183,9 +183,10 @@ inline long busy_work(long n) {
   return x;
 }
 
-// CpuPin pins the process to `k` CPUs of its affinity mask (the one it
-// is on first) for its lifetime: the runtime reads its CPU count from the
-// mask when it starts (Note [Spinning only on a free CPU]).  ok() is false
+// CpuPin pins the calling thread - the one that will call run() - to `k`
+// CPUs of its affinity mask (the one it is on first) for its lifetime:
+// the runtime reads its CPU count from that mask when it starts, and the
+// threads it starts inherit it (Note [Spinning only on a free CPU]).  ok() is false
 // if the mask has fewer than k CPUs or the call failed.
 class CpuPin {
  public:

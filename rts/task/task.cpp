@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <memory>
 #include <system_error>
-#include <thread>
 
 #include "capability/capability.hpp"
 #include "primitives/fault_injection.hpp"
@@ -73,6 +72,8 @@ void Task::reset_for_reuse() noexcept {
   bound_thread = nullptr;
   bound_done = false;
   give_cap_to_spare = false;
+  creator_cpu.store(-1, std::memory_order_relaxed);
+  start_cpu.store(-1, std::memory_order_relaxed);
 }
 
 Task* new_task(TaskKind kind) {
@@ -104,20 +105,26 @@ void retire(Task* t) {
 
 // Note [Starting on another CPU]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Linux places a new thread near its creator, often on the creator's own
+// Linux queues a new thread near its creator, often on the creator's own
 // CPU, and moves it only when a balancing pass notices.  run() starts the
 // capabilities' OS threads from the thread that goes on to run main, so a
 // worker could sit queued behind main for milliseconds while the other CPU
 // ran something else: `perf sched timehist` of `sieve 2000000 +RTS -N2`
 // (2 ms of work in 31 sparks) showed capability 1's thread runnable on
-// main's CPU for 3.2 ms before it first ran, and in 8 of 20 runs no spark
-// was converted at all (the program ran at its -N1 speed).  So run()
-// starts each worker with an affinity mask that leaves out the creator's
-// CPU (pthread_attr_setaffinity_np: the kernel picks among the others when
-// it places the thread), and the worker's first act is to restore the
-// process's whole mask, so nothing stays pinned: the kernel may move it
-// later as it likes.  Not done when the mask holds one CPU, and not for
-// spare or fork_os Tasks, which start while the runtime is running and
+// main's CPU for 3.2 ms before it first ran, and in 8 of 20 runs in a row
+// (9 and 10 of 40 in two later batches, 1 of 30 in a third) no spark was
+// converted at all: the program ran at its -N1 speed.  So run() creates
+// each worker with an affinity attribute that leaves out the creator's
+// current CPU (glibc applies it to the new thread before any of our code
+// runs there, moving it off that CPU), and the worker's first act is to
+// restore the mask the creator had - the one it would have inherited - so
+// that the kernel may move it later as it likes.  Should the restore fail
+// (the snapshot no longer valid: CPUs taken away meanwhile) the worker
+// asks for every CPU, which the kernel trims to what the process may use;
+// it is never left on the narrower mask.  Should the narrowing itself be
+// refused (a sandbox that forbids setting affinity), the thread is created
+// as before, without it.  Not done when the mask holds one CPU, and not
+// for spare or fork_os Tasks, which start while the runtime is running and
 // its threads are spread already.  Rejected: pinning each capability to a
 // CPU for good (GHC's -qa), which fights other processes for CPUs the
 // kernel could balance.
@@ -127,12 +134,20 @@ struct Start {
   Task* task;
   void (*body)(Task*);
   bool widen;         // restore `mask` first (it started on a narrower one)
-  cpu_set_t mask;     // the process's mask when the thread was made
+  cpu_set_t mask;     // the creator's mask when the thread was made
 };
+
+void widen_affinity(const cpu_set_t& mask) {
+  if (sched_setaffinity(0, sizeof mask, &mask) == 0) return;
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+  sched_setaffinity(0, sizeof all, &all);
+}
 
 void run_os_thread(Start* st) {
   st->task->start_cpu.store(sched_getcpu(), std::memory_order_relaxed);
-  if (st->widen) sched_setaffinity(0, sizeof st->mask, &st->mask);  // failure: stays narrower
+  if (st->widen) widen_affinity(st->mask);
   Task* task = st->task;
   void (*body)(Task*) = st->body;
   delete st;
@@ -156,6 +171,22 @@ extern "C" void* os_thread_entry(void* arg) {
   return nullptr;
 }
 
+// create_detached starts os_thread_entry(st) with the process's default
+// thread attributes (pthread_setattr_default_np honoured, as by
+// std::thread), narrowed to `narrow` if given; returns pthread_create's error.
+int create_detached(Start* st, const cpu_set_t* narrow) {
+  pthread_attr_t attr;
+  if (int e = pthread_getattr_default_np(&attr)) return e;
+  int e = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (e == 0 && narrow) e = pthread_attr_setaffinity_np(&attr, sizeof *narrow, narrow);
+  if (e == 0 && narrow && fault_injection::should_fail(fault_injection::fail_narrowed_start))
+    e = EPERM;
+  pthread_t id;
+  if (e == 0) e = pthread_create(&id, &attr, &os_thread_entry, st);
+  pthread_attr_destroy(&attr);
+  return e;
+}
+
 }  // namespace
 
 void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere) {
@@ -165,23 +196,25 @@ void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere) {
       throw std::system_error(EAGAIN, std::generic_category(),
                               "capstan: cannot start an OS thread (fault injected by a test)");
     auto st = std::make_unique<Start>(Start{task, body, false, {}});
-    pthread_attr_t attr;
-    if (int e = pthread_attr_init(&attr))
-      throw std::system_error(e, std::generic_category(), "capstan: cannot start an OS thread");
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int here = elsewhere ? sched_getcpu() : -1;
-    task->creator_cpu = -1;
+    task->creator_cpu.store(-1, std::memory_order_relaxed);
     task->start_cpu.store(-1, std::memory_order_relaxed);
-    if (here >= 0 && sched_getaffinity(0, sizeof st->mask, &st->mask) == 0 &&
-        CPU_COUNT(&st->mask) >= 2 && CPU_ISSET(here, &st->mask)) {
-      cpu_set_t others = st->mask;
+    // Note [Starting on another CPU]
+    int here = elsewhere ? sched_getcpu() : -1;
+    cpu_set_t others;
+    if (here >= 0 && here < CPU_SETSIZE &&
+        sched_getaffinity(0, sizeof st->mask, &st->mask) == 0 && CPU_COUNT(&st->mask) >= 2 &&
+        CPU_ISSET(here, &st->mask)) {
+      others = st->mask;
       CPU_CLR(here, &others);
-      st->widen = pthread_attr_setaffinity_np(&attr, sizeof others, &others) == 0;
-      if (st->widen) task->creator_cpu = here;
+      st->widen = true;
+      task->creator_cpu.store(here, std::memory_order_relaxed);
     }
-    pthread_t id;
-    int e = pthread_create(&id, &attr, &os_thread_entry, st.get());
-    pthread_attr_destroy(&attr);
+    int e = create_detached(st.get(), st->widen ? &others : nullptr);
+    if (e != 0 && st->widen) {  // the narrowing refused: start it as std::thread would
+      st->widen = false;
+      task->creator_cpu.store(-1, std::memory_order_relaxed);
+      e = create_detached(st.get(), nullptr);
+    }
     if (e) throw std::system_error(e, std::generic_category(), "capstan: cannot start an OS thread");
     st.release();  // the thread owns it now
   } catch (...) {

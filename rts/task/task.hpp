@@ -103,11 +103,12 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   void* alt_stack = nullptr;       // [owner]
   stack_t prev_alt_stack{};        // [owner]
 
-  // Where its OS thread started (Note [Starting on another CPU]): for
-  // tests and diagnosis.  creator_cpu: [written by start_os_thread before
-  // the thread exists] the starter's CPU when it asked for another, else -1.
-  // start_cpu: [the thread writes once, relaxed] the CPU it first ran on.
-  int creator_cpu = -1;
+  // Where its OS thread started (Note [Starting on another CPU]), for tests
+  // and diagnosis; -1 when unknown (a Task reused by an in-call, say).
+  // creator_cpu: [start_os_thread writes, relaxed] the starter's CPU when
+  // it asked for another.  start_cpu: [the new thread writes once,
+  // relaxed] the CPU it first ran on.
+  std::atomic<int> creator_cpu{-1};
   std::atomic<int> start_cpu{-1};
 
   // Sanitizer state of the native scheduler context.

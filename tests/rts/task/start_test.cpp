@@ -9,6 +9,7 @@
 
 #include "capstan_test.hpp"
 #include "capability/capability.hpp"
+#include "primitives/fault_injection.hpp"
 #include "runtime/runtime.hpp"
 #include "task/task.hpp"
 
@@ -25,7 +26,7 @@ int mask_size() {
 }
 
 // Each worker started by run() first ran on a CPU other than its
-// starter's, and every capability's thread then runs with the process's
+// starter's, and every capability's thread then runs with the starter's
 // whole mask (two CPUs here): a worker left on the narrower mask would be
 // pinned for the whole run.
 TEST_P(StartOsThread, WorkersStartOffMainsCpuAndKeepTheWholeMask) {
@@ -38,7 +39,7 @@ TEST_P(StartOsThread, WorkersStartOffMainsCpuAndKeepTheWholeMask) {
       rts::Capability* c = rts::rt.caps[i];
       rts::Task* t = c->running_task.load(std::memory_order_acquire);
       ASSERT_NE(t, nullptr);
-      creator[i] = t->creator_cpu;
+      creator[i] = t->creator_cpu.load(std::memory_order_relaxed);
       // The worker writes start_cpu first thing; it has surely run by the
       // time a thread forked on its capability does.
       mvar<int> m;
@@ -59,6 +60,27 @@ TEST_P(StartOsThread, WorkersStartOffMainsCpuAndKeepTheWholeMask) {
 INSTANTIATE_TEST_SUITE_P(Caps, StartOsThread, ::testing::Values(2u, 4u),
                          capstan_test::caps_name);
 
+// A start whose narrowing is refused (a sandbox that forbids setting
+// affinity) is made again without it: the run starts, nothing narrowed.
+TEST_F(StartOsThread, ARefusedNarrowingStartsTheWorkerAsBefore) {
+  capstan_test::CpuPin two(2);
+  if (!two.ok()) GTEST_SKIP() << "needs two CPUs";
+  namespace fi = rts::fault_injection;
+  fi::fail_narrowed_start.store(0);
+  int creator = -2, mask = -2;
+  run(capstan_test::opts(2), [&] {
+    creator = rts::rt.caps[1]->running_task.load(std::memory_order_acquire)->creator_cpu.load(
+        std::memory_order_relaxed);
+    mvar<int> m;
+    fork_on(1, [&] { m.put(mask_size()); });
+    mask = m.take();
+  });
+  EXPECT_EQ(fi::fail_narrowed_start.load(), -1) << "the injected refusal was not reached";
+  fi::fail_narrowed_start.store(-1);
+  EXPECT_EQ(creator, -1);
+  EXPECT_EQ(mask, 2);
+}
+
 // With one CPU in the mask there is nowhere else to go: workers start
 // where they can, and nothing is narrowed.
 TEST_F(StartOsThread, WithOneCpuNothingIsNarrowed) {
@@ -66,7 +88,8 @@ TEST_F(StartOsThread, WithOneCpuNothingIsNarrowed) {
   if (!one.ok()) GTEST_SKIP() << "cannot pin to one CPU";
   int creator = -2, mask = -2;
   run(capstan_test::opts(2), [&] {
-    creator = rts::rt.caps[1]->running_task.load(std::memory_order_acquire)->creator_cpu;
+    creator = rts::rt.caps[1]->running_task.load(std::memory_order_acquire)->creator_cpu.load(
+        std::memory_order_relaxed);
     mvar<int> m;
     fork_on(1, [&] { m.put(mask_size()); });
     mask = m.take();
