@@ -175,17 +175,22 @@ class chan {
   using op = detail::core_op;
 
   // The state word (Note [Chan readers waiting]): bit 0 the writers' lock,
-  // bit 1 "readers may be waiting", bits 2-15 the writers still serving
-  // (Note [Chan lifetime]), bits 16-63 the count of items ever published,
-  // modulo 2^48 (a reader's position is kept modulo the same).
+  // bit 1 "readers may be waiting", bits 2-23 the writers still serving
+  // (Note [Chan lifetime]), bits 24-63 the count of items ever published,
+  // modulo 2^40 (a reader's position is kept modulo the same; the distance
+  // between the two, the items unread, is far below 2^40, which would take
+  // a terabyte of items).
   static constexpr std::uint64_t kLock = 1, kWait = 2, kServer = 4;
-  static constexpr std::uint64_t kServers = 0xfffc;
-  static constexpr unsigned kCountShift = 16;
+  static constexpr unsigned kCountShift = 24;
+  static constexpr std::uint64_t kServers = (std::uint64_t{1} << kCountShift) - kServer;
+  // One count per OS thread that can exist: Linux's pid_max is at most
+  // 2^22, so the server count cannot carry into the item count.
+  static_assert(kServers / kServer >= (std::uint64_t{1} << 22) - 1);
   static constexpr std::uint64_t kOne = std::uint64_t{1} << kCountShift;
   static std::uint64_t published(std::uint64_t s) noexcept { return s >> kCountShift; }
   static constexpr std::uint64_t kCountMask = ~std::uint64_t{0} >> kCountShift;
   static std::uint64_t next_pos(std::uint64_t p) noexcept { return (p + 1) & kCountMask; }
-  // distance: how far count `to` is ahead of count `from`, modulo 2^48.
+  // distance: how far count `to` is ahead of count `from`, modulo 2^40.
   static std::uint64_t distance(std::uint64_t to, std::uint64_t from) noexcept { return (to - from) & kCountMask; }
 
   // put is write's body: append under the writers' lock, then publish the
@@ -387,7 +392,7 @@ class chan {
   // Readers' side, guarded by core_'s lock.
   block* rblock_ = nullptr;  // the block holding the oldest item (null before the first)
   std::size_t roff_ = 0;     // the oldest item's slot in rblock_
-  std::uint64_t rpos_ = 0;   // items ever taken, modulo 2^48
+  std::uint64_t rpos_ = 0;   // items ever taken, modulo 2^40
   std::uint64_t seen_ = 0;   // the published count as last read
 
   std::atomic<block*> spare_{nullptr};  // an emptied block for the next writer that needs one
@@ -469,8 +474,10 @@ class chan {
 //    server is counted.  A green writer is never descheduled by the
 //    runtime between the two steps, so the wait is short; a plain OS
 //    thread's write can be preempted there by the OS, and the destructor
-//    then spins and yields until it is done.  The count (14 bits) is
-//    bounded by the OS threads writing at once.
+//    then spins and yields until it is done.  The count is bounded by the
+//    OS threads writing at once, and its 22 bits hold one per thread that
+//    Linux can have (pid_max <= 2^22): it cannot overflow into the item
+//    count.
 // A write still appending when the chan is destroyed is the caller's
 // error, as for any object.  A write may allocate a block (every kItems
 // items unless a spare or a reserved block is there), so even
