@@ -25,9 +25,9 @@ std::string runtime_statistics::summary() const {
       deadlock_checks_skipped);
   fmt::format_to(it, "  peak live threads: {} (sampled every tick)\n", peak_live_threads);
   fmt::format_to(it, "  context switches: {}\n", context_switches);
-  fmt::format_to(it, "  tasks (OS threads): {} created, {} running now, {} refused by the OS; "
-                 "{} in-call threads, {} of them queued for a capability\n",
-                 tasks_created, os_threads, spare_starts_refused, incall_threads, incalls_queued);
+  fmt::format_to(it, "  tasks (OS threads): {} created, {} running now; {} in-call threads, "
+                 "{} of them queued for a capability\n",
+                 tasks_created, os_threads, incall_threads, incalls_queued);
   fmt::format_to(it, "  SPARKS: {} ({} converted, {} overflowed, {} dud, {} GC'd, {} fizzled)\n",
                  sparks.total(), sparks.converted, sparks.overflowed, sparks.dud, sparks.gcd,
                  sparks.fizzled);

@@ -18,8 +18,6 @@ namespace capstan::rts::fault_injection {
 inline std::atomic<int> fail_os_thread_start{-1};  // start_os_thread throws std::system_error
 inline std::atomic<int> fail_ticker_start{-1};     // Ticker::start throws std::system_error
 inline std::atomic<int> fail_incall_thread{-1};    // call_in's thread creation throws std::bad_alloc
-// while set, every start_os_thread throws (an OS that keeps refusing threads)
-inline std::atomic<bool> refuse_os_thread_starts{false};
 // start_os_thread's narrowed start is refused, as by a sandbox that
 // forbids setting affinity (Note [Starting on another CPU])
 inline std::atomic<int> fail_narrowed_start{-1};

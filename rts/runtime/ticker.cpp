@@ -173,15 +173,9 @@ void Ticker::loop() {
     stalls.tick();
     hogs.tick(std::chrono::duration_cast<std::chrono::nanoseconds>(period_).count());  // Note [Warning about a hog]
     // Note [Lazy release]: work that reached a free capability through the
-    // narrow race window of a safe call's release is picked up here; and,
-    // once the OS has refused a spare's thread in this run, any work such a
-    // refusal left on a free capability (Note [No OS thread for a spare] in
-    // task/handover.cpp; before that, run-queue work on a free capability
-    // is a deferred call's, which retake_deferred serves).
-    bool refused = rt.spare_starts_refused.get() != 0;
+    // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)
-      if (c->hold.load(std::memory_order_seq_cst) == Hold::free &&
-          (c->inbox.nonempty_seq_cst() || (refused && free_with_work(c))) &&
+      if (c->hold.load(std::memory_order_seq_cst) == Hold::free && c->inbox.nonempty_seq_cst() &&
           try_grab_capability(c))
         give_capability_to_spare(c);
     bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;

@@ -73,7 +73,6 @@ runtime_statistics snapshot_statistics() {
   }
   s.incall_threads = rt.incall_threads_created.get();
   s.incalls_queued = rt.incalls_queued.get();
-  s.spare_starts_refused = rt.spare_starts_refused.get();
   s.deadlocks_detected = rt.deadlocks_detected.get();
   s.deadlock_checks_skipped = rt.deadlock_stood_down.get();
   s.threads_created += s.incall_threads;

@@ -53,7 +53,6 @@
 #include <exception>
 
 #include "capstan/spark.hpp"
-#include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
 
 namespace capstan::rts {
@@ -131,69 +130,22 @@ Task* pop_spare(Capability* cap) noexcept {
 
 }  // namespace
 
-// Note [No OS thread for a spare]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Handing a capability to a spare may need a new OS thread, and the OS may
-// refuse one (RLIMIT_NPROC, kernel.threads-max, memory): a flood of
-// blocking safe calls, each leaving work behind, asks for one OS thread
-// per call.  GHC and Go end the process there.  Here the capability goes
-// back to free with its work (a seq_cst store, as in release_capability),
-// and the work waits - for the caller whose safe call holds it up, which
-// takes the capability back when its call returns (safe_call_leave's CAS),
-// or for a later hand-over: every tick the ticker claims a free
-// capability that has work (run queue, inbox or sparks) and tries again.
-// So a refusal delays that capability's threads; it never strands them
-// and never ends the program.  For kSpareRetryNs after a refusal nobody
-// asks the OS again (the ticker's retake polls would otherwise try every
-// 50 us); an idle spare, if one turns up, is still used.  The first
-// refusal of a run is reported on stderr; statistics() counts them all
-// (spare_starts_refused).  Not retried at once: the caller holds the
-// capability, and a re-check of the inbox that claimed it again would
-// loop on the same refusal.  models/capability_handover.pml assumes a spare
-// always starts; the refusal paths are checked by the SpareRefused tests
-// (tests/rts/foreign/safe_call_test.cpp), which inject refusals.
-namespace {
-constexpr std::int64_t kSpareRetryNs = 10'000'000;
-
-// spare_refused: the OS refused a spare's thread (`why`): back off, report
-// the first refusal of the run, and let the capability go free.
-void spare_refused(Capability* cap, const char* why) noexcept {
-  rt.spare_starts_refused.add();
-  rt.spare_retry_after_ns.store(now_ns() + kSpareRetryNs, std::memory_order_relaxed);
-  if (!rt.spare_refusal_reported.exchange(true, std::memory_order_relaxed))
-    std::fprintf(stderr,
-                 "capstan: cannot start an OS thread to take over capability %u while its Task is "
-                 "in a safe call (%s); its threads wait until the call returns, and the runtime "
-                 "tries again every tick (reported once per run; statistics().spare_starts_refused "
-                 "counts them)\n",
-                 cap->no, why);
-  // See the Note: free, with its work; the ticker or the returning caller claims it.
-  cap->hold.store(Hold::free, std::memory_order_seq_cst);
-}
-
-// Backing off: no new attempt; the capability goes free as after a refusal.
-void spare_deferred(Capability* cap) noexcept { cap->hold.store(Hold::free, std::memory_order_seq_cst); }
-}  // namespace
-
 void give_capability_to_spare(Capability* cap) noexcept {
   Task* spare = pop_spare(cap);
   if (!spare) {
-    // Note [No OS thread for a spare]
-    if (now_ns() < rt.spare_retry_after_ns.load(std::memory_order_relaxed)) {
-      spare_deferred(cap);
-      return;
-    }
-    Task* made = nullptr;
     try {
-      made = new_task(TaskKind::worker);
-      made->last_cap = cap;
+      spare = new_task(TaskKind::worker);
+      spare->last_cap = cap;
       // The new thread's wait_for_capability finds `given` already set.
-      give_capability_to_task(made, cap, nullptr);
-      start_os_thread(made, rt.scheduler_loop);  // retires `made` if it throws
+      give_capability_to_task(spare, cap, nullptr);
+      start_os_thread(spare, rt.scheduler_loop);
       return;
     } catch (const std::exception& e) {
-      spare_refused(cap, e.what());
-      return;
+      std::fprintf(stderr,
+                   "capstan: cannot start an OS thread to run capability %u while its Task is "
+                   "in a safe call: %s\n",
+                   cap->no, e.what());
+      std::abort();
     }
   }
   give_capability_to_task(spare, cap, nullptr);

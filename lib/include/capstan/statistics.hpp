@@ -50,7 +50,6 @@ struct runtime_statistics {
   std::uint64_t context_switches = 0;
   std::uint64_t incall_threads = 0;       // threads started by call_in (in threads_created)
   std::uint64_t incalls_queued = 0;       // call_in calls that found no capability free and waited to be handed one
-  std::uint64_t spare_starts_refused = 0; // OS threads for spare Tasks the OS refused (their work waited)
   std::uint64_t tasks_created = 0;        // Tasks (OS threads) made: workers, spares, fork_os, in-call
   std::uint64_t os_threads = 0;           // runtime-made OS threads running now (not main, ticker)
   spark_statistics sparks;

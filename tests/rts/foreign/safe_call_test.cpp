@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "capstan_test.hpp"
-#include "primitives/fault_injection.hpp"
 
 using namespace capstan;
 using capstan_test::green_wait_until;
@@ -246,74 +245,6 @@ TEST_F(DeferredHandOff, ABlockingCallHandsTheWaitingThreadsToASpare) {
     done.take();
     EXPECT_GE(safe_call_handoffs(), 1u);
   });
-}
-
-// Note [No OS thread for a spare]: when the OS will not start a thread
-// for a spare, the capability goes back to free with its work, and the
-// program goes on.
-class SpareRefused : public RuntimeTest {
- protected:
-  void TearDown() override {
-    capstan::rts::fault_injection::fail_os_thread_start.store(-1);
-    capstan::rts::fault_injection::refuse_os_thread_starts.store(false);
-  }
-};
-
-// One refusal: reported once, counted, and the ticker's next try (after
-// the back-off) hands the waiting thread to a spare while the call still
-// blocks.
-TEST_F(SpareRefused, TheTickerTriesAgainAfterARefusal) {
-  namespace fi = capstan::rts::fault_injection;
-  ::testing::internal::CaptureStderr();
-  run(capstan_test::opts(1), [] {
-    std::atomic<bool> peer_ran{false};
-    mvar<int> done;
-    fork_io([&] {
-      peer_ran = true;
-      done.put(1);
-    });
-    fi::fail_os_thread_start.store(0);  // the next OS thread start fails
-    bool saw = safe_call([&] { return os_wait_until([&] { return peer_ran.load(); }); });
-    EXPECT_TRUE(saw) << "the waiting thread did not run while the call blocked";
-    done.take();
-  });
-  std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(fi::fail_os_thread_start.load(), -1) << "the injected failure was not reached";
-  EXPECT_EQ(statistics().spare_starts_refused, 1u);
-  EXPECT_NE(err.find("cannot start an OS thread to take over capability 0"), std::string::npos)
-      << err;
-  EXPECT_NE(err.find("fault injected by a test"), std::string::npos) << "the OS's reason is named";
-}
-
-// The OS refuses every start for as long as the call lasts: the waiting
-// thread runs once the call returns (its caller takes the capability
-// back), and the program ends normally - no abort.
-TEST_F(SpareRefused, WhileEveryStartIsRefusedTheWorkWaitsForTheCall) {
-  namespace fi = capstan::rts::fault_injection;
-  fi::refuse_os_thread_starts.store(true);
-  ::testing::internal::CaptureStderr();
-  bool ran_during_call = true;
-  int got = 0;
-  run(capstan_test::opts(1), [&] {
-    std::atomic<bool> peer_ran{false};
-    mvar<int> done;
-    fork_io([&] {
-      peer_ran = true;
-      done.put(7);
-    });
-    safe_call([] { std::this_thread::sleep_for(std::chrono::milliseconds(60)); });
-    ran_during_call = peer_ran.load();
-    got = done.take();
-  });
-  std::string err = ::testing::internal::GetCapturedStderr();
-  fi::refuse_os_thread_starts.store(false);
-  EXPECT_FALSE(ran_during_call) << "a spare ran the thread although every start was refused";
-  EXPECT_EQ(got, 7);
-  EXPECT_GE(statistics().spare_starts_refused, 1u);
-  // Reported once per run, however many refusals.
-  std::size_t first = err.find("to take over capability");
-  ASSERT_NE(first, std::string::npos) << err;
-  EXPECT_EQ(err.find("to take over capability", first + 1), std::string::npos) << err;
 }
 
 class SafeCallMisuse : public RuntimeTest {};
