@@ -8,8 +8,14 @@
 // ASan: __sanitizer_start_switch_fiber(&save, dst_lo, dst_size) right before
 // the switch, __sanitizer_finish_switch_fiber(save, ...) first thing after
 // landing; a thread leaving for good passes a null save so its fake stack is
-// freed.  TSan: a fiber per green thread, __tsan_switch_to_fiber(f, 0)
-// immediately before the switch (flag 0 = synchronise: our switches do
+// freed.  A stack handed to a new thread is unpoisoned whole first
+// (prepare_stack): its last user may have been abandoned mid-call at a
+// shutdown, or its slab mapped where an earlier run's slab was, and ASan
+// keeps the shadow of memory that was unmapped - stale redzones that the
+// new thread's frames would hit (seen as a stack-buffer-overflow in an
+// mvar take, after tests that abandon threads).
+// TSan: a fiber per green thread, __tsan_switch_to_fiber(f, 0) immediately
+// before the switch (flag 0 = synchronise: our switches do
 // transfer happens-before), __tsan_destroy_fiber once the thread is dead
 // and switched away from.
 #pragma once
@@ -21,6 +27,8 @@ void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, 
     __attribute__((weak));
 void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old,
                                      std::size_t* size_old) __attribute__((weak));
+void __asan_unpoison_memory_region(void const volatile* addr, std::size_t size)
+    __attribute__((weak));
 void* __tsan_get_current_fiber() __attribute__((weak));
 void* __tsan_create_fiber(unsigned flags) __attribute__((weak));
 void __tsan_destroy_fiber(void* fiber) __attribute__((weak));

@@ -81,6 +81,9 @@ static inline void stay_running(Task* task, Thread* cur) {
 
 static inline void prepare_stack(Capability* cap, Thread* t) {
   t->stack_lo = cap->stacks.get();
+  // See sanitizer.hpp: no redzone left by the stack's or the address's past.
+  if (rt.sanitizers && san::asan() && &__asan_unpoison_memory_region != nullptr) [[unlikely]]
+    __asan_unpoison_memory_region(t->stack_lo, rt.arena.size());
   t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);
   if (rt.sanitizers && san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
   cap->stacks_allocated.add();
