@@ -26,7 +26,9 @@
 // its own (capstan-task, capstan-tick, capstan-io), and the thread that
 // called run() is known; any other thread makes the detector stand down
 // (`+RTS --deadlock-detection=on`, the default), counted in the statistics
-// and re-checked every 100 ms while the run stays quiet.  `force` ignores
+// and re-checked while the run stays quiet: after 100 ms, then at doubling
+// intervals up to 400 ms (the ticker's kFirstRecheckNs, kMaxRecheckNs), so
+// an idle run with an outside thread costs a few wake-ups a second.  `force` ignores
 // outside threads (the program promises none can wake a green thread);
 // `off` never checks.  Threads blocked while unwinding cannot be raised in
 // (that would terminate()); they stay blocked.  The exception's message
@@ -218,6 +220,22 @@ bool confirmed(bool& suspected, std::uint64_t& seen) {
 }  // namespace
 
 void deadlock_reset() { g_suspected = false; }
+
+DeadlockTick deadlock_recheck() {
+  if (rt.opts.deadlock_detection == options::deadlock::off) return DeadlockTick::none;
+  // Still the quiet state that was confirmed (nothing has switched since):
+  // only the outside threads can have changed.
+  if (!quiet() || all_switches() != g_seen_switches) {
+    g_suspected = false;
+    return DeadlockTick::none;
+  }
+  if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0) {
+    rt.deadlock_stood_down.add();
+    return DeadlockTick::stood_down;
+  }
+  g_suspected = true;  // confirmed again at the next tick, which then acts
+  return DeadlockTick::suspected;
+}
 
 DeadlockTick shutdown_tick() {
   if (rt.opts.deadlock_detection == options::deadlock::off || !quiet_now()) {

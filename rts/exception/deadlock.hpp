@@ -16,6 +16,11 @@ enum class DeadlockTick : unsigned char {
 DeadlockTick deadlock_tick();
 // deadlock_reset: a tick on which some capability was busy.
 void deadlock_reset();
+// deadlock_recheck: the parked ticker's later look after a stand-down:
+// `stood_down` again while the confirmed quiet state holds and an outside
+// thread remains, `suspected` once none remains (the next deadlock_tick
+// acts), `none` if anything moved.  Ticker thread only.
+DeadlockTick deadlock_recheck();
 
 // shutdown_tick: the same check during shutdown, for the threads shutdown
 // cannot kill (Note [Blocked while unwinding] in shutdown/shutdown.cpp),

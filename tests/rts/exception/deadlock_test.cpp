@@ -115,6 +115,25 @@ TEST_P(Deadlock, StandsDownForAnOutsideOsThread) {
   });
 }
 
+// Stood down, the parked ticker looks again after 100 ms, then at
+// doubling intervals up to 400 ms: over 1.2 s of an idle run about 5
+// looks (it looked about every 120 ms, 10 in that time, waking three times
+// for each; an idle run with an outside thread cost 0.3 % of a CPU).
+TEST_P(Deadlock, StoodDownItLooksAgainLessAndLessOften) {
+  run([] {
+    mvar<int> m;
+    std::thread outside([&] {
+      std::this_thread::sleep_for(1200ms);
+      while (!m.try_put(6)) std::this_thread::yield();
+    });
+    EXPECT_EQ(m.take(), 6);
+    outside.join();
+    auto skipped = statistics().deadlock_checks_skipped;
+    EXPECT_GE(skipped, 2u);
+    EXPECT_LE(skipped, 7u) << "the stood-down detector looked again too often";
+  });
+}
+
 // Once the outside thread has gone, the detector acts.
 TEST_P(Deadlock, ActsOnceTheOutsideThreadHasGone) {
   run([] {
