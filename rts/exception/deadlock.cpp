@@ -26,9 +26,11 @@
 // its own (capstan-task, capstan-tick, capstan-io), and the thread that
 // called run() is known; any other thread makes the detector stand down
 // (`+RTS --deadlock-detection=on`, the default), counted in the statistics
-// and re-checked while the run stays quiet: after 100 ms, then at doubling
-// intervals up to 400 ms (the ticker's kFirstRecheckNs, kMaxRecheckNs), so
-// an idle run with an outside thread costs a few wake-ups a second.  `force` ignores
+// and re-checked while the run stays quiet: when every capability is idle,
+// the parked ticker looks after 100 ms, then at doubling intervals up to
+// 400 ms (kFirstRecheckNs, kMaxRecheckNs in runtime/ticker.cpp), a few
+// wake-ups a second; so a deadlock is found within about 400 ms and a tick
+// after the last outside thread has gone.  `force` ignores
 // outside threads (the program promises none can wake a green thread);
 // `off` never checks.  Threads blocked while unwinding cannot be raised in
 // (that would terminate()); they stay blocked.  The exception's message

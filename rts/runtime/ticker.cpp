@@ -12,7 +12,11 @@
 // All four accesses are seq_cst, so either the ticker sees the busy
 // capability or the capability sees the parked flag; FUTEX_WAIT re-checks
 // the word, so a wake between the check and the wait is not lost.  Losing a
-// tick would only delay a timeslice, but we do not lose it.
+// tick would only delay a timeslice, but we do not lose it.  While deadlock
+// detection stands down for an outside OS thread, the parked ticker also
+// wakes on a timer to look again (deadlock_recheck), still parked: the
+// hand-shake is unchanged, and a capability that leaves idle meanwhile
+// ends the park as before.
 #include "runtime/ticker.hpp"
 
 #include <pthread.h>
@@ -204,11 +208,10 @@ void Ticker::loop() {
         rt.arena.release_warm();  // Note [Trimming when idle]
         // Stood down for an outside OS thread (Note [Deadlock detection]):
         // look again after kFirstRecheckNs, then at doubling intervals up
-        // to kMaxRecheckNs, each look made from here.  Each used to wake
-        // the ticker three times (the look, then two ticks to start a
-        // quiet spell) every 120 ms, plus a read of /proc/self/task: an
-        // idle run with an outside thread (nofib_like/idle) spent 0.26-0.28 %
-        // of a CPU, most of it here.
+        // to kMaxRecheckNs, each look (a read of /proc/self/task) made from
+        // here, still parked.  A look used to unpark the ticker for two
+        // ticks first, three wake-ups every 120 ms: an idle run with an
+        // outside thread (nofib_like/idle) spent 0.25-0.33 % of a CPU.
         std::int64_t recheck_ns = kFirstRecheckNs;
         while (rt.ticker_parked.load(std::memory_order_seq_cst) == 1 &&
                !quit_.load(std::memory_order_seq_cst)) {

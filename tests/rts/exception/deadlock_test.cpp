@@ -134,6 +134,23 @@ TEST_P(Deadlock, StoodDownItLooksAgainLessAndLessOften) {
   });
 }
 
+// Stood down and parked, the detector acts at its next look once the
+// outside thread has exited (deadlock_recheck, then the next tick).
+TEST_P(Deadlock, ActsAtTheNextLookAfterTheOutsideThreadExits) {
+  auto t0 = std::chrono::steady_clock::now();
+  run([] {
+    std::thread([] { std::this_thread::sleep_for(250ms); }).detach();
+    mvar<int> never;
+    EXPECT_THROW(never.take(), blocked_indefinitely);
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(ms, 250);
+  EXPECT_LT(ms, 5000) << "the detector did not act after the outside thread exited";
+  EXPECT_GE(statistics().deadlock_checks_skipped, 1u);
+  EXPECT_EQ(statistics().deadlocks_detected, 1u);
+}
+
 // Once the outside thread has gone, the detector acts.
 TEST_P(Deadlock, ActsOnceTheOutsideThreadHasGone) {
   run([] {

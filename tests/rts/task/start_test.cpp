@@ -25,6 +25,24 @@ int mask_size() {
   return sched_getaffinity(0, sizeof m, &m) == 0 ? CPU_COUNT(&m) : -1;
 }
 
+// What a worker started with: its starter's CPU as recorded (-1: it did
+// not ask for another) and the size of its mask once running.
+struct WorkerStart {
+  int creator = -2;
+  int mask = -2;
+};
+
+// worker_start looks at capability i's worker from inside a run (main).
+WorkerStart worker_start(unsigned i) {
+  WorkerStart w;
+  w.creator = rts::rt.caps[i]->running_task.load(std::memory_order_acquire)->creator_cpu.load(
+      std::memory_order_relaxed);
+  mvar<int> m;
+  fork_on(i, [&] { m.put(mask_size()); });
+  w.mask = m.take();
+  return w;
+}
+
 // Each worker started by run() first ran on a CPU other than its
 // starter's, and every capability's thread then runs with the starter's
 // whole mask (two CPUs here): a worker left on the narrower mask would be
@@ -36,16 +54,13 @@ TEST_P(StartOsThread, WorkersStartOffMainsCpuAndKeepTheWholeMask) {
   std::vector<int> creator(n, -2), started(n, -2), mask(n, -2);
   run(capstan_test::opts(n), [&] {
     for (unsigned i = 1; i < n; ++i) {
-      rts::Capability* c = rts::rt.caps[i];
-      rts::Task* t = c->running_task.load(std::memory_order_acquire);
-      ASSERT_NE(t, nullptr);
-      creator[i] = t->creator_cpu.load(std::memory_order_relaxed);
+      WorkerStart w = worker_start(i);
+      creator[i] = w.creator;
+      mask[i] = w.mask;
       // The worker writes start_cpu first thing; it has surely run by the
-      // time a thread forked on its capability does.
-      mvar<int> m;
-      fork_on(i, [&] { m.put(mask_size()); });
-      mask[i] = m.take();
-      started[i] = t->start_cpu.load(std::memory_order_relaxed);
+      // time a thread forked on its capability has.
+      started[i] = rts::rt.caps[i]->running_task.load(std::memory_order_acquire)->start_cpu.load(
+          std::memory_order_relaxed);
     }
   });
   for (unsigned i = 1; i < n; ++i) {
@@ -67,18 +82,12 @@ TEST_F(StartOsThread, ARefusedNarrowingStartsTheWorkerAsBefore) {
   if (!two.ok()) GTEST_SKIP() << "needs two CPUs";
   namespace fi = rts::fault_injection;
   fi::fail_narrowed_start.store(0);
-  int creator = -2, mask = -2;
-  run(capstan_test::opts(2), [&] {
-    creator = rts::rt.caps[1]->running_task.load(std::memory_order_acquire)->creator_cpu.load(
-        std::memory_order_relaxed);
-    mvar<int> m;
-    fork_on(1, [&] { m.put(mask_size()); });
-    mask = m.take();
-  });
+  WorkerStart w;
+  run(capstan_test::opts(2), [&] { w = worker_start(1); });
   EXPECT_EQ(fi::fail_narrowed_start.load(), -1) << "the injected refusal was not reached";
   fi::fail_narrowed_start.store(-1);
-  EXPECT_EQ(creator, -1);
-  EXPECT_EQ(mask, 2);
+  EXPECT_EQ(w.creator, -1);
+  EXPECT_EQ(w.mask, 2);
 }
 
 // With one CPU in the mask there is nowhere else to go: workers start
@@ -86,16 +95,10 @@ TEST_F(StartOsThread, ARefusedNarrowingStartsTheWorkerAsBefore) {
 TEST_F(StartOsThread, WithOneCpuNothingIsNarrowed) {
   capstan_test::CpuPin one(1);
   if (!one.ok()) GTEST_SKIP() << "cannot pin to one CPU";
-  int creator = -2, mask = -2;
-  run(capstan_test::opts(2), [&] {
-    creator = rts::rt.caps[1]->running_task.load(std::memory_order_acquire)->creator_cpu.load(
-        std::memory_order_relaxed);
-    mvar<int> m;
-    fork_on(1, [&] { m.put(mask_size()); });
-    mask = m.take();
-  });
-  EXPECT_EQ(creator, -1);
-  EXPECT_EQ(mask, 1);
+  WorkerStart w;
+  run(capstan_test::opts(2), [&] { w = worker_start(1); });
+  EXPECT_EQ(w.creator, -1);
+  EXPECT_EQ(w.mask, 1);
 }
 
 }  // namespace
