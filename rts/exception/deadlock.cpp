@@ -29,8 +29,9 @@
 // and re-checked while the run stays quiet: when every capability is idle,
 // the parked ticker looks after 100 ms, then at doubling intervals up to
 // 400 ms (kFirstRecheckNs, kMaxRecheckNs in runtime/ticker.cpp), a few
-// wake-ups a second; so a deadlock is found within about 400 ms and a tick
-// after the last outside thread has gone.  `force` ignores
+// wake-ups a second, each judging at once (the state it looks at is the
+// one the stand-down confirmed, unless something moved); so a deadlock is
+// found within about 400 ms after the last outside thread has gone.  `force` ignores
 // outside threads (the program promises none can wake a green thread);
 // `off` never checks.  Threads blocked while unwinding cannot be raised in
 // (that would terminate()); they stay blocked.  The exception's message
@@ -224,19 +225,11 @@ bool confirmed(bool& suspected, std::uint64_t& seen) {
 void deadlock_reset() { g_suspected = false; }
 
 DeadlockTick deadlock_recheck() {
-  if (rt.opts.deadlock_detection == options::deadlock::off) return DeadlockTick::none;
-  // Still the quiet state that was confirmed (nothing has switched since):
-  // only the outside threads can have changed.
-  if (!quiet() || all_switches() != g_seen_switches) {
-    g_suspected = false;
-    return DeadlockTick::none;
-  }
-  if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0) {
-    rt.deadlock_stood_down.add();
-    return DeadlockTick::stood_down;
-  }
-  g_suspected = true;  // confirmed again at the next tick, which then acts
-  return DeadlockTick::suspected;
+  // The stand-down confirmed a quiet state (g_seen_switches) and nothing
+  // has woken the ticker since: a tick that still sees that state needs
+  // no second tick to confirm it (confirmed() compares the switch count).
+  g_suspected = true;
+  return deadlock_tick();
 }
 
 DeadlockTick shutdown_tick() {

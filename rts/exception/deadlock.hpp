@@ -17,9 +17,10 @@ DeadlockTick deadlock_tick();
 // deadlock_reset: a tick on which some capability was busy.
 void deadlock_reset();
 // deadlock_recheck: the parked ticker's later look after a stand-down:
-// `stood_down` again while the confirmed quiet state holds and an outside
-// thread remains, `suspected` once none remains (the next deadlock_tick
-// acts), `none` if anything moved.  Ticker thread only.
+// deadlock_tick with the quiet state of the stand-down taken as already
+// suspected, so a run still in that state is judged at once - `stood_down`
+// while an outside thread remains, `broken` once none does; `suspected` or
+// `none` if anything moved.  Ticker thread only.
 DeadlockTick deadlock_recheck();
 
 // shutdown_tick: the same check during shutdown, for the threads shutdown

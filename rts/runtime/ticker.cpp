@@ -222,7 +222,7 @@ void Ticker::loop() {
                 quit_.load(std::memory_order_seq_cst))
               break;  // woken: a capability is busy again, or stop()
             dl = deadlock_recheck();
-            if (dl != DeadlockTick::stood_down) break;  // the outside thread left, or work
+            if (dl != DeadlockTick::stood_down) break;  // acted (the outside thread left), or work
             recheck_ns = std::min(recheck_ns * 2, kMaxRecheckNs);
             continue;
           }

@@ -135,7 +135,7 @@ TEST_P(Deadlock, StoodDownItLooksAgainLessAndLessOften) {
 }
 
 // Stood down and parked, the detector acts at its next look once the
-// outside thread has exited (deadlock_recheck, then the next tick).
+// outside thread has exited (deadlock_recheck acts at once).
 TEST_P(Deadlock, ActsAtTheNextLookAfterTheOutsideThreadExits) {
   auto t0 = std::chrono::steady_clock::now();
   run([] {
