@@ -196,27 +196,26 @@ void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere) {
       throw std::system_error(EAGAIN, std::generic_category(),
                               "capstan: cannot start an OS thread (fault injected by a test)");
     auto st = std::make_unique<Start>(Start{task, body, false, {}});
-    task->creator_cpu.store(-1, std::memory_order_relaxed);
-    task->start_cpu.store(-1, std::memory_order_relaxed);
-    // Note [Starting on another CPU]
+    // Note [Starting on another CPU].  A Task comes from new_task, so its
+    // creator_cpu and start_cpu read -1 here.
     int here = elsewhere ? sched_getcpu() : -1;
     cpu_set_t others;
-    if (here >= 0 && here < CPU_SETSIZE &&
-        sched_getaffinity(0, sizeof st->mask, &st->mask) == 0 && CPU_COUNT(&st->mask) >= 2 &&
-        CPU_ISSET(here, &st->mask)) {
+    bool narrowed = here >= 0 && here < CPU_SETSIZE &&
+                    sched_getaffinity(0, sizeof st->mask, &st->mask) == 0 &&
+                    CPU_COUNT(&st->mask) >= 2 && CPU_ISSET(here, &st->mask);
+    if (narrowed) {
       others = st->mask;
       CPU_CLR(here, &others);
       st->widen = true;
-      task->creator_cpu.store(here, std::memory_order_relaxed);
     }
-    int e = create_detached(st.get(), st->widen ? &others : nullptr);
-    if (e != 0 && st->widen) {  // the narrowing refused: start it as std::thread would
-      st->widen = false;
-      task->creator_cpu.store(-1, std::memory_order_relaxed);
+    int e = create_detached(st.get(), narrowed ? &others : nullptr);
+    if (e != 0 && narrowed) {  // the narrowing refused: start it as std::thread would
+      narrowed = st->widen = false;
       e = create_detached(st.get(), nullptr);
     }
     if (e) throw std::system_error(e, std::generic_category(), "capstan: cannot start an OS thread");
-    st.release();  // the thread owns it now
+    st.release();  // the thread owns it now (and may have freed it)
+    if (narrowed) task->creator_cpu.store(here, std::memory_order_relaxed);
   } catch (...) {
     rt.os_threads.fetch_sub(1, std::memory_order_relaxed);
     retire(task);
