@@ -143,9 +143,10 @@ void wait_stolen(spark_base* s, bool interruptible) {
   }
 }
 
-// cancel settles a stolen spark that will never run (shutdown).
+// cancel settles a stolen spark that will never run (shutdown): done with
+// no result, which get() reports as thread_killed (Note [A spark's fast
+// path] in capstan/spark.hpp).
 void cancel(Capability* cap, spark_base* s) {
-  s->cancelled = true;
   detail::bump(cap->sparks.gcd);
   complete(s);
 }
@@ -193,6 +194,8 @@ namespace capstan::detail {
 using namespace capstan::rts;
 
 void spark_cancelled() { throw thread_killed{}; }
+
+void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }
 
 void spark_force_slow(spark_base* s) {
   for (;;) {

@@ -3,7 +3,10 @@
 // interrupted while waiting), and shutdown.
 #include <atomic>
 #include <memory>
+#include <algorithm>
+#include <iterator>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "capstan_test.hpp"
@@ -70,6 +73,71 @@ TEST_P(Sparks, ExceptionsAreRethrownByGet) {
       }
     }
   });
+}
+
+// Tracked counts the live copies of itself; `pad` makes a closure that
+// holds one too big for the spark's inline buffer when it is wide.
+template <std::size_t Pad>
+struct Tracked {
+  static inline std::atomic<long> live{0};
+  long pad[Pad] = {};
+  Tracked() { live.fetch_add(1); }
+  Tracked(const Tracked& o) : Tracked() { std::copy(std::begin(o.pad), std::end(o.pad), pad); }
+  ~Tracked() { live.fetch_sub(1); }
+};
+
+// A spark stores its closure inline or on the heap and its result in a
+// union (Note [A spark's fast path] in capstan/spark.hpp): every shape is
+// built once, run at most once and destroyed once, run here, elsewhere or
+// not at all.
+TEST_P(Sparks, ClosuresAndResultsOfEveryShapeAreBuiltAndDestroyedOnce) {
+  using Small = Tracked<1>;
+  using Big = Tracked<16>;  // 128 bytes of padding: on the heap
+  std::atomic<int> ran{0}, unforced_ran{0};
+  int target = 0;
+  run([&] {
+    for (int round = 0; round < 200; ++round) {
+      Small small;
+      Big big;
+      big.pad[15] = round;
+      auto a = capstan::par([&ran, small, big] {
+        ran.fetch_add(1);
+        return std::string(40, 'x') + std::to_string(big.pad[15]);  // not an SSO string
+      });
+      auto b = capstan::par([&ran, small] {
+        ran.fetch_add(1);
+        return std::make_unique<int>(7);  // move-only result
+      });
+      auto c = capstan::par([&]() -> int& {
+        ran.fetch_add(1);
+        return target;
+      });
+      auto d = capstan::par([&ran, big]() { ran.fetch_add(1); });  // void, heap closure
+      {
+        // A heap closure, discarded unforced: never run, unless a thief
+        // took it first (then ~spark waits for it).
+        auto unforced = capstan::par([&unforced_ran, big] {
+          unforced_ran.fetch_add(1);
+          return 0;
+        });
+      }
+      capstan::yield();  // an idle capability may take some of them
+      d.get();
+      EXPECT_EQ(&c.get(), &target);
+      EXPECT_EQ(*b.get(), 7);
+      EXPECT_EQ(a.get(), std::string(40, 'x') + std::to_string(round));
+    }
+  });
+  EXPECT_EQ(ran.load(), 4 * 200) << "a spark ran twice or never";
+  EXPECT_EQ(Small::live.load(), 0) << "a small closure was destroyed twice or never";
+  EXPECT_EQ(Big::live.load(), 0) << "a heap closure was destroyed twice or never";
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, s.converted + s.fizzled + s.gcd);
+  EXPECT_EQ(s.gcd + static_cast<std::uint64_t>(unforced_ran.load()), 200u)
+      << "an unforced spark was neither GC'd nor run by a thief";
+  if (caps() == 1) {
+    EXPECT_EQ(unforced_ran.load(), 0) << "a discarded spark ran";
+  }
 }
 
 TEST_P(Sparks, DestroyingAnUnforcedSparkNeverRunsIt) {
