@@ -20,6 +20,9 @@ std::string runtime_statistics::summary() const {
       "{} ended by an uncaught exception, {} blocked indefinitely\n",
       threads_created, threads_finished, threads_killed, threads_abandoned, uncaught_exceptions,
       blocked_indefinitely);
+  if (threads_unstarted)
+    fmt::format_to(it, "  threads that ended unstarted, no memory for their stacks: {}\n",
+                   threads_unstarted);
   fmt::format_to(it, "  asynchronous exceptions raised: {}; deadlocks detected: {}, not "
       "confirmed (outside OS threads): {}\n", async_exceptions, deadlocks_detected,
       deadlock_checks_skipped);

@@ -68,6 +68,7 @@ struct alignas(64) Capability {
   // --- statistics: written by the owner, read by anyone --------------------
   OwnerCounter threads_created, threads_finished, threads_killed, uncaught_exceptions;
   OwnerCounter threads_blocked_indefinitely, threads_died, async_raised;
+  OwnerCounter threads_unstarted;  // no stack to be had (Note [Running out of stacks])
   OwnerCounter context_switches, threads_pushed, threads_received, sleeps;
   OwnerCounter idle_ns, stacks_allocated, stacks_freed;
   OwnerCounter sparks_converted, steal_attempts, steals, threads_stolen;

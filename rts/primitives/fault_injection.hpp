@@ -5,7 +5,8 @@
 // Each knob is a countdown: -1 (the default) never fails; n >= 0 lets n
 // more attempts succeed, fails the next one, and disarms itself.  Only
 // tests set them (tests/rts/runtime/start_failure_test.cpp,
-// tests/rts/foreign/in_call_failure_test.cpp, tests/rts/task/start_test.cpp);
+// tests/rts/foreign/in_call_failure_test.cpp, tests/rts/task/start_test.cpp,
+// tests/rts/storage/stack_exhaustion_test.cpp);
 // in a normal run every check
 // is one relaxed load of -1, on a path that is already slow (starting an
 // OS thread, making an in-call's thread).
@@ -21,6 +22,10 @@ inline std::atomic<int> fail_incall_thread{-1};    // call_in's thread creation 
 // start_os_thread's narrowed start is refused, as by a sandbox that
 // forbids setting affinity (Note [Starting on another CPU])
 inline std::atomic<int> fail_narrowed_start{-1};
+// Not a countdown: while set, every mapping of a new stack slab fails with
+// ENOMEM, as when the address space or memory has run out (Note [Running
+// out of stacks] in storage/stack.cpp).
+inline std::atomic<bool> fail_stack_maps{false};
 
 // should_fail counts one attempt against `knob`: true if it must fail.
 inline bool should_fail(std::atomic<int>& knob) noexcept {

@@ -2,6 +2,7 @@
 // runnable (fork_io, fork_on, fork_os), started (thread_entry), finished.
 // Allocation, ids and teardown of the Thread object are thread/threads.cpp.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -92,6 +93,13 @@ void notify_shutdown() {
   // [Shutdown checkpoints] in schedule/yield.cpp).
   if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
     my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
+  } else if (self->on_reserve && !self->bound && !self->is_main) [[unlikely]] {
+    // No stack could be had: end before running (Note [Running out of
+    // stacks] in storage/stack.cpp).
+    Capability* cap = my_task()->cap;
+    cap->threads_unstarted.add();
+    cap->threads_died.add();
+    rt.fates.died(self->id);
   } else {
     bool died = true;
     bool killed = false;
@@ -123,6 +131,20 @@ void notify_shutdown() {
   }
   self->ops->destroy(self->closure);
   finish_current(self);
+}
+
+// reserve_stack: see Note [Running out of stacks] in storage/stack.cpp.
+void* reserve_stack(Thread* t) {
+  void* s = rt.arena.take_reserve();
+  if (!s) {
+    std::fprintf(stderr,
+                 "capstan: out of memory for green-thread stacks, and all %zu reserve stacks "
+                 "are in use by threads ending without one; cannot run thread %llu\n",
+                 StackArena::kReserveStacks, static_cast<unsigned long long>(t->id));
+    std::abort();
+  }
+  t->on_reserve = true;
+  return s;
 }
 
 namespace {

@@ -79,8 +79,13 @@ static inline void stay_running(Task* task, Thread* cur) {
   cur->state = ThreadState::running;
 }
 
+// reserve_stack gives t a reserve stack when no other can be had (Note
+// [Running out of stacks] in storage/stack.cpp); fork.cpp.
+void* reserve_stack(Thread* t);
+
 static inline void prepare_stack(Capability* cap, Thread* t) {
   t->stack_lo = cap->stacks.get();
+  if (!t->stack_lo) [[unlikely]] t->stack_lo = reserve_stack(t);
   // See sanitizer.hpp: no redzone left by the stack's or the address's past.
   if (rt.sanitizers && san::asan() && &__asan_unpoison_memory_region != nullptr) [[unlikely]]
     __asan_unpoison_memory_region(t->stack_lo, rt.arena.size());

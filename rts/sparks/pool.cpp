@@ -344,8 +344,7 @@ void wake_one_sleeper() noexcept {
 
 namespace capstan::detail {
 
-spark_pool* spark_pool_or_throw() {
-  if (spark_pool* p = tl_spark_pool) return p;
+void spark_outside_runtime() {
   throw usage_error(
       "capstan::par: called from an OS thread that is not running a green thread; call it "
       "from inside capstan::run (the main function or a thread it forked)");

@@ -157,6 +157,7 @@ struct SparkThreadClosure {
 
 bool spark_thread_invoke(void* p) {
   spark_base* s = static_cast<SparkThreadClosure*>(p)->first;
+  static_cast<SparkThreadClosure*>(p)->first = nullptr;  // ours to run now
   while (s) {
     if (rt.shutting_down.load(std::memory_order_relaxed)) {
       // Nothing runs after shutdown: settle what we hold, unrun.
@@ -181,7 +182,13 @@ bool spark_thread_invoke(void* p) {
   }
   return true;
 }
-void spark_thread_destroy(void*) noexcept {}
+// A spark thread that never ran - reclaimed at shutdown before its first
+// run, or ended for want of a stack (Note [Running out of stacks] in
+// storage/stack.cpp) - settles its spark unrun, so its maker's get()
+// throws thread_killed instead of waiting for it for ever.
+void spark_thread_destroy(void* p) noexcept {
+  if (spark_base* s = static_cast<SparkThreadClosure*>(p)->first) cancel(my_task()->cap, s);
+}
 
 }  // namespace
 

@@ -66,6 +66,7 @@ runtime_statistics snapshot_statistics() {
     s.threads_finished += c->threads_finished.get();
     s.threads_killed += c->threads_killed.get();
     s.threads_died += c->threads_died.get();
+    s.threads_unstarted += c->threads_unstarted.get();
     s.async_exceptions += c->async_raised.get();
     s.uncaught_exceptions += c->uncaught_exceptions.get();
     s.blocked_indefinitely += c->threads_blocked_indefinitely.get();

@@ -5,11 +5,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
+
+#include "primitives/fault_injection.hpp"
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
@@ -48,16 +53,61 @@ void StackArena::configure(std::size_t usable_size) {
   stride_ = usable_ + page_;
 }
 
-void StackArena::new_slab_locked() {
+// Note [Running out of stacks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread gets its stack when it first runs, not when it is forked (a
+// fork is 50-70 ns and most threads never need their stack at the same
+// time as the others: Note [Fork back-pressure]).  So the mmap of a new
+// slab failing - the address space or memory used up, an RLIMIT_AS, a
+// cgroup limit - is met in the middle of a switch, where nothing can be
+// thrown to anyone.  The runtime used to abort there.  Now:
+//  * run() maps the first slab before anything runs (prime) and sets
+//    kReserveStacks of its stacks aside; if even that fails, run() throws
+//    std::system_error naming the stack size, and nothing has started.
+//  * A thread whose first run finds no stack, and no memory for a new
+//    slab, is given a reserve stack and ends at once without running its
+//    body: counted as died and as `unstarted` (statistics, +RTS -s), its
+//    state_of is `died`, its closure is destroyed as for a thread
+//    shutdown reclaims before it ran (an async reports thread_killed, a
+//    spark thread hands its spark back), and one line on stderr says what
+//    happened the first time in a run.  The reserve stack then goes back
+//    to the reserve: the reserve is only held while a closure's destructor
+//    runs.  Threads the runtime must run - main, bound threads (fork_os,
+//    in-calls), whose Tasks wait for them - run their whole body on the
+//    reserve stack instead.
+//  * Each later first run tries the arena again, so once threads finish
+//    (their stacks come back) or memory is freed, new threads run as
+//    before: the program degrades - some threads fail to start - and
+//    recovers.
+//  * Only when the reserve itself is all in use (eight threads that must
+//    run, or whose closures' destructors block, all without a stack at
+//    once) does the runtime stop, with a message: there is no stack left to
+//    run anything on.
+// Tested by tests/rts/storage/stack_exhaustion_test.cpp, with the
+// fail_stack_maps fault knob standing in for the kernel's ENOMEM.
+bool StackArena::new_slab_locked() {
   std::size_t bytes = stride_ * kSlabStacks;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = MAP_FAILED;
+  int e = ENOMEM;  // what an injected failure stands for
+  if (!fault_injection::fail_stack_maps.load(std::memory_order_relaxed)) {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
+    e = errno;
+  }
   if (p == MAP_FAILED) {
-    std::fprintf(stderr,
-                 "capstan: cannot reserve %zu bytes for green-thread stacks: %s "
-                 "(lower +RTS -K, now %zu bytes)\n",
-                 bytes, std::strerror(errno), usable_);
-    std::abort();
+    last_error_ = e;
+    map_failures_.store(map_failures_.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+    if (!warned_) {
+      warned_ = true;
+      std::fprintf(stderr,
+                   "capstan: cannot map %zu bytes for green-thread stacks: %s; threads that "
+                   "find no free stack end before they run (counted 'unstarted' by +RTS -s) "
+                   "until stacks or memory are freed (lower +RTS -K, now %zu bytes, or the "
+                   "number of threads alive at once)\n",
+                   bytes, std::strerror(e), usable_);
+    }
+    return false;
   }
   slabs_.emplace_back(p, bytes);
   ++mappings_;
@@ -77,6 +127,7 @@ void StackArena::new_slab_locked() {
       ++guarded_;
     }
   }
+  return true;
 }
 
 void* StackArena::carve_locked() {
@@ -90,7 +141,7 @@ void* StackArena::carve_locked() {
     cold_.pop_back();
     return s;
   }
-  if (slab_left_ == 0) new_slab_locked();
+  if (slab_left_ == 0 && !new_slab_locked()) return nullptr;
   char* base = slab_next_;
   slab_next_ += stride_;
   --slab_left_;
@@ -108,7 +159,45 @@ void* StackArena::allocate() {
 
 void StackArena::allocate_batch(std::vector<void*>& out, std::size_t n) {
   std::lock_guard<std::mutex> g(mu_);
-  for (std::size_t i = 0; i < n; ++i) out.push_back(carve_locked());
+  for (std::size_t i = 0; i < n; ++i) {
+    void* s = carve_locked();
+    if (!s) return;  // Note [Running out of stacks]
+    out.push_back(s);
+  }
+}
+
+void StackArena::prime() {
+  std::lock_guard<std::mutex> g(mu_);
+  reserve_.reserve(kReserveStacks);
+  warned_ = true;  // the exception below says it: no stderr line too
+  while (reserve_.size() < kReserveStacks) {
+    void* s = carve_locked();
+    if (!s) {
+      for (void* r : reserve_) cold_.push_back(r);
+      reserve_.clear();
+      warned_ = false;
+      throw std::system_error(
+          last_error_, std::generic_category(),
+          fmt::format("capstan::run: cannot map {} bytes for the first green-thread stacks "
+                      "(+RTS -K is {} bytes a stack)",
+                      stride_ * kSlabStacks, usable_));
+    }
+    reserve_.push_back(s);
+  }
+  warned_ = false;
+}
+
+void* StackArena::take_reserve() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (reserve_.empty()) return nullptr;
+  void* s = reserve_.back();
+  reserve_.pop_back();
+  return s;
+}
+
+void StackArena::return_reserve(void* s) {
+  std::lock_guard<std::mutex> g(mu_);
+  reserve_.push_back(s);
 }
 
 // Note [Releasing stacks in runs]
@@ -197,6 +286,9 @@ void StackArena::release_all() {
   slabs_.clear();
   cold_.clear();
   warm_.clear();
+  reserve_.clear();
+  warned_ = false;
+  map_failures_.store(0, std::memory_order_relaxed);
   slab_next_ = nullptr;
   slab_left_ = 0;
   mappings_ = guarded_ = carved_ = 0;

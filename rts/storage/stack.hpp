@@ -22,6 +22,7 @@
 //    the guard for the next user.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -35,13 +36,24 @@ class StackArena {
 
   // configure sets the usable size of every stack; call before allocate().
   void configure(std::size_t usable_size);
+  // prime maps the first slab and sets kReserveStacks of it aside; throws
+  // std::system_error if it cannot (run() then fails before anything ran).
+  void prime();
   // release_all unmaps every slab; no stack may be in use.
   void release_all();
 
-  // allocate returns the low end of a usable stack of size().
+  // allocate returns the low end of a usable stack of size(), or null if
+  // no memory can be mapped for one (Note [Running out of stacks]).
   void* allocate();
-  // allocate_batch adds up to n stacks to out (fewer lock round trips).
+  // allocate_batch adds up to n stacks to out (fewer lock round trips);
+  // fewer, or none, if no memory can be mapped for more.
   void allocate_batch(std::vector<void*>& out, std::size_t n);
+  // take_reserve hands out one of the stacks prime() set aside, or null if
+  // all are in use; return_reserve puts one back.  Note [Running out of
+  // stacks].
+  void* take_reserve();
+  void return_reserve(void* s);
+  static constexpr std::size_t kReserveStacks = 8;
   // give_back returns stacks whose memory is to be released to the OS.
   void give_back(void* const* stacks, std::size_t n);
   // park_warm returns stacks that keep their memory, for any capability to
@@ -60,6 +72,8 @@ class StackArena {
   std::uint64_t mappings() const { return mappings_; }
   std::uint64_t guarded() const { return guarded_; }
   std::uint64_t reserved_stacks() const { return carved_; }
+  // map_failures counts the slabs that could not be mapped.
+  std::uint64_t map_failures() const { return map_failures_.load(std::memory_order_relaxed); }
   // is_guard_page tells whether addr lies in the guard page below stack_lo.
   bool is_guard_page(const void* addr, const void* stack_lo) const;
 
@@ -68,7 +82,7 @@ class StackArena {
 
  private:
   void* carve_locked();
-  void new_slab_locked();
+  bool new_slab_locked();
 
   std::mutex mu_;
   std::size_t usable_ = 0;     // bytes usable per stack (multiple of the page size)
@@ -82,7 +96,11 @@ class StackArena {
   std::vector<void*> cold_;    // released stacks ready for reuse (guarded by mu_)
   std::vector<void*> warm_;    // pooled stacks still resident, oldest first (guarded by mu_)
   bool keep_memory_ = false;   // set by keep_memory, cleared by release_all (guarded by mu_)
+  std::vector<void*> reserve_; // set aside by prime() (guarded by mu_)
   std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
+  std::atomic<std::uint64_t> map_failures_{0};  // written under mu_, read by statistics
+  bool warned_ = false;        // the out-of-memory line was printed (guarded by mu_)
+  int last_error_ = 0;         // errno of the last failed slab mapping (guarded by mu_)
 };
 
 // StackPool: one capability's free stacks.  Owner: the capability's Task.
@@ -92,8 +110,13 @@ class StackPool {
     arena_ = arena;
     watermark_ = watermark;
   }
+  // get returns a free stack, or null if none can be had (Note [Running
+  // out of stacks] in stack.cpp).
   void* get() {
-    if (free_.empty()) arena_->allocate_batch(free_, 16);
+    if (free_.empty()) [[unlikely]] {
+      arena_->allocate_batch(free_, 16);
+      if (free_.empty()) return nullptr;
+    }
     void* s = free_.back();
     free_.pop_back();
     return s;

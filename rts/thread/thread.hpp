@@ -66,6 +66,10 @@ struct Thread {
   bool locked = false;             // fork_on or bound: never migrates
   bool bound = false;              // runs only on bound_task's OS thread
   bool is_main = false;            // run()'s main thread (never killed at shutdown)
+  // On one of the arena's reserve stacks: no other stack could be had at
+  // its first run (Note [Running out of stacks] in storage/stack.cpp).
+  // [owner: the capability running it]
+  bool on_reserve = false;
   bool returning = false;            // returning from a safe call: front of the queue
   Task* bound_task = nullptr;      // bound threads: the Task (OS thread) that runs them
   bool has_eh = false;             // eh holds saved state (inside a catch / unwinding)

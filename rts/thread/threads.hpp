@@ -52,7 +52,7 @@ inline void discard_thread(Thread* t) noexcept {
   t->sp = nullptr;
   t->stack_lo = nullptr;
   t->closure_align = 0;
-  t->locked = t->bound = t->is_main = t->returning = false;
+  t->locked = t->bound = t->is_main = t->returning = t->on_reserve = false;
   t->bound_task = nullptr;
   t->saved_errno = 0;
   t->eh = EhGlobals{};
@@ -78,7 +78,8 @@ inline void discard_thread(Thread* t) noexcept {
 // recycle returns a finished thread's stack and object to `cap`, whose
 // holder is the caller.  See Note [Finishing a thread] in schedule/fork.cpp.
 static inline void recycle(Capability* cap, Thread* t) noexcept {
-  cap->stacks.put(t->stack_lo);
+  if (t->on_reserve) [[unlikely]] rt.arena.return_reserve(t->stack_lo);
+  else cap->stacks.put(t->stack_lo);
   cap->stacks_freed.add();
   discard_thread(t);
 }

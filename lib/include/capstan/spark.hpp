@@ -93,7 +93,8 @@ struct spark_base {
   // pending: in a pool; taken: being run by its maker, inline; stolen: a
   // spark thread runs (or will run) it; done: settled - evaluated, or
   // cancelled unrun at shutdown (then it holds no result); unpooled: the
-  // pool was full (overflowed), get() runs it inline; stolen_waiting:
+  // pool was full (overflowed), or a spark thread that could not start
+  // gave it back - get() runs it inline; stolen_waiting:
   // stolen, and its maker waits for it at `gate` (set by the runtime, Note
   // [Completing a stolen spark] in rts/sparks/sparks.cpp).
   enum state_t : unsigned { pending, taken, stolen, done, unpooled, stolen_waiting };
@@ -116,7 +117,7 @@ struct spark_base {
 extern std::atomic<unsigned> g_spark_sleepers;
 
 // Out-of-line halves (rts/sparks/sparks.cpp).
-spark_pool* spark_pool_or_throw();        // tl_spark_pool, or usage_error
+[[noreturn]] void spark_outside_runtime();  // throws usage_error: par() off a green thread
 void spark_respond(spark_pool* p);        // answer a pending steal request
 void spark_force_slow(spark_base* s);     // get() when the fast path cannot
 void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark: never throws
@@ -157,7 +158,12 @@ class spark : detail::spark_base {
   static constexpr std::size_t kInline = 48;
   using stored = std::conditional_t<
       std::is_void_v<R>, bool,
-      std::conditional_t<std::is_reference_v<R>, std::remove_reference_t<R>*, R>>;
+      std::conditional_t<std::is_reference_v<R>, std::remove_reference_t<R>*, std::remove_cv_t<R>>>;
+  // Where a heap closure lives: never less aligned than Fn wants.
+  template <class Fn>
+  static constexpr std::align_val_t kHeapAlign{alignof(Fn) > alignof(std::max_align_t)
+                                                   ? alignof(Fn)
+                                                   : alignof(std::max_align_t)};
   // has_: what the result union holds.  Written by whoever runs the spark,
   // before its store (maker) or exchange (thief) of `done`; read by the
   // maker after it saw `done`.
@@ -236,19 +242,19 @@ class spark : detail::spark_base {
       if constexpr (!std::is_trivially_destructible_v<Fn>)
         cleanup_ = [](void* c) noexcept { std::launder(static_cast<Fn*>(c))->~Fn(); };
     } else {
-      void* mem = ::operator new(sizeof(Fn), std::align_val_t(alignof(std::max_align_t)));
+      void* mem = ::operator new(sizeof(Fn), kHeapAlign<Fn>);
       Fn* fn;
       try {
         fn = ::new (mem) Fn(std::forward<F>(f));
       } catch (...) {
-        ::operator delete(mem, std::align_val_t(alignof(std::max_align_t)));
+        ::operator delete(mem, kHeapAlign<Fn>);
         throw;
       }
       ::new (static_cast<void*>(buf_)) Fn*(fn);
       cleanup_ = [](void* c) noexcept {
         Fn* heap = *std::launder(static_cast<Fn**>(c));
         heap->~Fn();
-        ::operator delete(heap, std::align_val_t(alignof(std::max_align_t)));
+        ::operator delete(heap, kHeapAlign<Fn>);
       };
     }
     run = [](spark_base* b) noexcept {
@@ -277,7 +283,12 @@ class spark : detail::spark_base {
 
   void push() {
     detail::spark_pool* p = detail::spark_pool_here();
-    if (!p) [[unlikely]] p = detail::spark_pool_or_throw();
+    if (!p) [[unlikely]] {
+      // Not on a green thread: no ~spark will run, so undo the closure
+      // before the usage error leaves the constructor.
+      if (cleanup_) cleanup_(buf_);
+      detail::spark_outside_runtime();
+    }
     std::uint64_t t = p->top.load(std::memory_order_relaxed);
     if (t - p->bottom.load(std::memory_order_relaxed) > p->mask) [[unlikely]] {
       if (!detail::spark_make_room(p)) {

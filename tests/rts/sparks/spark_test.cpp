@@ -4,6 +4,8 @@
 #include <atomic>
 #include <memory>
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -113,6 +115,15 @@ TEST_P(Sparks, ClosuresAndResultsOfEveryShapeAreBuiltAndDestroyedOnce) {
         return target;
       });
       auto d = capstan::par([&ran, big]() { ran.fetch_add(1); });  // void, heap closure
+      auto e = capstan::par([]() -> const std::string { return "const"; });  // a const result
+      // An over-aligned closure, on the heap at its own alignment.
+      struct alignas(64) Wide {
+        long v[2];
+      } wide{{5, 0}};
+      auto f = capstan::par([wide] {
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(&wide) % 64, 0u);
+        return wide.v[0];
+      });
       {
         // A heap closure, discarded unforced: never run, unless a thief
         // took it first (then ~spark waits for it).
@@ -123,6 +134,8 @@ TEST_P(Sparks, ClosuresAndResultsOfEveryShapeAreBuiltAndDestroyedOnce) {
       }
       capstan::yield();  // an idle capability may take some of them
       d.get();
+      EXPECT_EQ(f.get(), 5);
+      EXPECT_EQ(e.get(), "const");
       EXPECT_EQ(&c.get(), &target);
       EXPECT_EQ(*b.get(), 7);
       EXPECT_EQ(a.get(), std::string(40, 'x') + std::to_string(round));
@@ -386,6 +399,12 @@ TEST(SparkErrors, ParOutsideRunIsAClearError) {
   } catch (const capstan::usage_error& e) {
     EXPECT_NE(std::string(e.what()).find("capstan::par"), std::string::npos);
   }
+  // The refused spark's closure is destroyed, inline or on the heap.
+  auto shared = std::make_shared<int>(1);
+  EXPECT_THROW(capstan::par([shared] { return *shared; }), capstan::usage_error);
+  EXPECT_THROW(capstan::par([shared, big = std::array<long, 16>{}] { return *shared + big[0]; }),
+               capstan::usage_error);
+  EXPECT_EQ(shared.use_count(), 1) << "a refused spark's closure was not destroyed";
 }
 
 }  // namespace

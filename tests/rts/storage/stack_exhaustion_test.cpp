@@ -1,0 +1,144 @@
+// stack_exhaustion_test.cpp - Note [Running out of stacks] (storage/stack.cpp):
+// when no memory can be mapped for a new thread's stack, that thread ends
+// before it runs - counted, reported once, its async told - the threads
+// that must run (bound ones) run on a reserve stack, and once memory can be
+// mapped again new threads run as before.  The fail_stack_maps knob stands
+// in for the kernel refusing the mapping.
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "capstan_test.hpp"
+#include "primitives/fault_injection.hpp"
+#include "storage/stack.hpp"
+
+namespace {
+
+using namespace capstan;
+namespace fi = capstan::rts::fault_injection;
+
+// Clears the knob however the test ends.
+struct FailingMaps {
+  FailingMaps() { fi::fail_stack_maps.store(true); }
+  ~FailingMaps() { fi::fail_stack_maps.store(false); }
+  void stop() { fi::fail_stack_maps.store(false); }
+};
+
+TEST(StackArena, AFailedMappingGivesNoStackAndTheReserveIsHeldApart) {
+  rts::StackArena arena;
+  arena.configure(64 * 1024);
+  arena.prime();
+  std::vector<void*> got;
+  {
+    FailingMaps failing;
+    // The first slab, less the reserve, then nothing.
+    while (void* s = arena.allocate()) got.push_back(s);
+    EXPECT_EQ(got.size(), rts::StackArena::kSlabStacks - rts::StackArena::kReserveStacks);
+    EXPECT_EQ(arena.map_failures(), 1u);
+    std::vector<void*> batch;
+    arena.allocate_batch(batch, 16);
+    EXPECT_TRUE(batch.empty()) << "a batch came out of nothing";
+    // The reserve is still there, and only it.
+    std::vector<void*> reserve;
+    while (void* r = arena.take_reserve()) reserve.push_back(r);
+    EXPECT_EQ(reserve.size(), rts::StackArena::kReserveStacks);
+    for (void* r : reserve) arena.return_reserve(r);
+  }
+  // Memory again: a new slab.
+  void* s = arena.allocate();
+  EXPECT_NE(s, nullptr);
+  EXPECT_EQ(arena.mappings(), 2u);
+  arena.release_all();
+}
+
+TEST(StackArena, RunFailsCleanlyWhenNotEvenTheFirstStacksCanBeMapped) {
+  FailingMaps failing;
+  try {
+    run(capstan_test::opts(1), [] { ADD_FAILURE() << "main ran without a stack"; });
+    ADD_FAILURE() << "run() did not fail";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), std::errc::not_enough_memory);
+    EXPECT_NE(std::string(e.what()).find("green-thread stacks"), std::string::npos) << e.what();
+  }
+  failing.stop();
+  EXPECT_EQ(run(capstan_test::opts(1), [] { return 7; }), 7) << "the next run() is spoilt";
+}
+
+class StackExhaustion : public capstan_test::WithCaps {};
+CAPSTAN_INSTANTIATE_CAPS(StackExhaustion);
+
+// Threads forked while no stack can be had either run (stacks still
+// pooled or in the mapped slab) or end unstarted: none is lost, none runs
+// its body twice, the unstarted are counted and died, and once the
+// mapping succeeds again every new thread runs.
+TEST_P(StackExhaustion, ThreadsWithoutAStackEndUnstartedAndLaterOnesRun) {
+  constexpr int kDuring = 600;  // more than a slab (256): some cannot start
+  constexpr int kAfter = 300;
+  std::atomic<int> ran{0};
+  int unstarted = 0, blocked = 0;
+  bool async_threw = false;
+  int bound_got = 0;
+  testing::internal::CaptureStderr();
+  run([&] {
+    mvar<int> gate;
+    std::vector<thread_id> during;
+    {
+      FailingMaps failing;
+      for (int i = 0; i < kDuring; ++i)
+        during.push_back(fork_io([&] {
+          ran.fetch_add(1);
+          gate.read();  // holds its stack until the end
+        }));
+      for (thread_id id : during) {
+        thread_state st;
+        while ((st = state_of(id)) != thread_state::blocked && st != thread_state::died) yield();
+        (st == thread_state::died ? unstarted : blocked)++;
+      }
+      // An async whose thread cannot start reports, rather than hanging
+      // its waiter.
+      capstan::async a([] { return 1; });
+      try {
+        a.wait();
+      } catch (const thread_killed&) {
+        async_threw = true;
+      }
+      // A bound thread must run: it gets a reserve stack.
+      mvar<int> from_bound;
+      fork_os([&] { from_bound.put(42); });
+      bound_got = from_bound.take();
+    }
+    std::vector<thread_id> after;
+    for (int i = 0; i < kAfter; ++i)
+      after.push_back(fork_io([&] {
+        ran.fetch_add(1);
+        gate.read();
+      }));
+    for (thread_id id : after)
+      while (state_of(id) != thread_state::blocked) {
+        ASSERT_NE(state_of(id), thread_state::died) << "a thread failed to start after recovery";
+        yield();
+      }
+    gate.put(1);  // everyone goes home
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(unstarted + blocked, kDuring);
+  EXPECT_GT(unstarted, 0) << "every thread found a stack: the test did not exhaust them";
+  EXPECT_GT(blocked, 0);
+  EXPECT_EQ(ran.load(), blocked + kAfter) << "an unstarted thread ran, or a started one twice";
+  auto s = statistics();
+  // The async's child never started either.
+  EXPECT_EQ(s.threads_unstarted, static_cast<std::uint64_t>(unstarted) + 1);
+  EXPECT_GE(s.threads_died, s.threads_unstarted);
+  EXPECT_TRUE(async_threw) << "the async of an unstarted thread did not report";
+  EXPECT_EQ(bound_got, 42);
+  EXPECT_NE(s.summary().find("ended unstarted, no memory for their stacks: " +
+                             std::to_string(s.threads_unstarted)),
+            std::string::npos)
+      << s.summary();
+  // One line for the run, not one per thread.
+  std::size_t first = err.find("cannot map");
+  EXPECT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("cannot map", first + 1), std::string::npos) << err;
+}
+
+}  // namespace
