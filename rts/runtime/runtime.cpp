@@ -85,8 +85,8 @@ Runtime::Runtime(const options& o)
   cpu_set_t cpus;
   if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) n_cpus = std::max(1, CPU_COUNT(&cpus));
   arena.configure(o.stack_size);
-  arena.prime();  // Note [Running out of stacks] (storage/stack.cpp)
   caps.reserve(n_caps);
+  arena.prime(n_caps);  // last: nothing after it can throw (Note [Running out of stacks])
 }
 
 Runtime::~Runtime() {

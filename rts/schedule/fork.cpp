@@ -139,8 +139,8 @@ void* reserve_stack(Thread* t) {
   if (!s) {
     std::fprintf(stderr,
                  "capstan: out of memory for green-thread stacks, and all %zu reserve stacks "
-                 "are in use by threads ending without one; cannot run thread %llu\n",
-                 StackArena::kReserveStacks, static_cast<unsigned long long>(t->id));
+                 "are in use by threads without one; cannot run thread %llu\n",
+                 StackArena::reserve_for(rt.n_caps), static_cast<unsigned long long>(t->id));
     std::abort();
   }
   t->on_reserve = true;

@@ -143,6 +143,25 @@ void wait_stolen(spark_base* s, bool interruptible) {
   }
 }
 
+// give_back returns a stolen spark that no spark thread will run to its
+// maker: `unpooled`, so its get() runs it inline (counted fizzled) and an
+// unforced ~spark counts it GC'd; a maker already waiting at the gate is
+// served, and looks at the state again (spark_force_slow).  The same
+// hand-over as complete(): the exchange is our last touch of the spark
+// unless the maker waits.  Note [Running out of stacks] in
+// storage/stack.cpp: a spark thread that never got a stack.
+void give_back(spark_base* s) {
+  unsigned prev = s->state.exchange(spark_base::unpooled, std::memory_order_acq_rel);
+  if (prev != kStolenWaiting) return;
+  spark_gate* g = s->gate;
+  Thread* served = nullptr;
+  g->core.lock();
+  if (detail::waiter* w = g->core.front()) served = g->core.serve(*w);
+  else g->completed = true;
+  g->core.unlock();
+  if (served) wake_home(served);
+}
+
 // cancel settles a stolen spark that will never run (shutdown): done with
 // no result, which get() reports as thread_killed (Note [A spark's fast
 // path] in capstan/spark.hpp).
@@ -182,12 +201,28 @@ bool spark_thread_invoke(void* p) {
   }
   return true;
 }
-// A spark thread that never ran - reclaimed at shutdown before its first
-// run, or ended for want of a stack (Note [Running out of stacks] in
-// storage/stack.cpp) - settles its spark unrun, so its maker's get()
-// throws thread_killed instead of waiting for it for ever.
+// A spark thread that never ran settles the sparks it was to run - its
+// first, and its capability's backlog, which only a running spark thread
+// drains - so that no maker waits for them for ever.  Ended for want of a
+// stack (Note [Running out of stacks] in storage/stack.cpp), it gives them
+// back to their makers, who run them themselves; reclaimed at shutdown
+// before its first run, it cancels them, as a running spark thread does
+// then (their makers' get() throws thread_killed).  Destroyed once the
+// schedulers have stopped (shutdown's reclaiming of leftovers), it does
+// nothing: the makers are abandoned too, their stacks going away.
 void spark_thread_destroy(void* p) noexcept {
-  if (spark_base* s = static_cast<SparkThreadClosure*>(p)->first) cancel(my_task()->cap, s);
+  spark_base* first = static_cast<SparkThreadClosure*>(p)->first;
+  if (!first) return;  // it ran
+  Task* task = my_task();
+  if (!task || !task->cap || rt.stop.load(std::memory_order_acquire)) return;
+  Capability* cap = task->cap;
+  if (rt.shutting_down.load(std::memory_order_acquire)) {
+    cancel(cap, first);
+    while (cap->n_stolen_sparks) cancel(cap, cap->stolen_sparks[--cap->n_stolen_sparks]);
+    return;
+  }
+  give_back(first);
+  while (cap->n_stolen_sparks) give_back(cap->stolen_sparks[--cap->n_stolen_sparks]);
 }
 
 }  // namespace
@@ -209,11 +244,13 @@ void spark_force_slow(spark_base* s) {
     unsigned st = s->state.load(std::memory_order_acquire);
     if (st == spark_base::done) return;
     if (st == spark_base::stolen) {
+      // Done, or given back (give_back): look again.
       wait_stolen(s, /*interruptible=*/true);
-      return;
+      continue;
     }
     Task* task = require_green_thread("capstan::spark::get");
-    if (st == spark_base::unpooled) {  // overflowed: never in a pool
+    if (st == spark_base::unpooled) {  // overflowed (never in a pool), or given back
+      if (s->pool) bump(task->cap->sparks.fizzled);  // given back: it was created
       s->state.store(spark_base::taken, std::memory_order_relaxed);
       s->run(s);
       s->state.store(spark_base::done, std::memory_order_relaxed);
@@ -238,10 +275,17 @@ void spark_force_slow(spark_base* s) {
 void spark_discard_slow(spark_base* s) noexcept {
   for (;;) {
     unsigned st = s->state.load(std::memory_order_acquire);
-    if (st == spark_base::done || st == spark_base::unpooled) return;
+    if (st == spark_base::done) return;
+    if (st == spark_base::unpooled) {
+      if (s->pool) {  // given back (give_back), never run: it was created
+        Task* task = my_task();
+        if (task && task->cap) bump(task->cap->sparks.gcd);
+      }
+      return;
+    }
     if (st == spark_base::stolen) {  // running elsewhere, on our captures: wait
       wait_stolen(s, /*interruptible=*/false);
-      return;
+      continue;  // done, or given back
     }
     Task* task = my_task();
     if (!task || !task->cap) return;  // runtime gone: the pool went with it

@@ -62,7 +62,10 @@ void StackArena::configure(std::size_t usable_size) {
 // cgroup limit - is met in the middle of a switch, where nothing can be
 // thrown to anyone.  The runtime used to abort there.  Now:
 //  * run() maps the first slab before anything runs (prime) and sets
-//    kReserveStacks of its stacks aside; if even that fails, run() throws
+//    reserve_for(-N) of its stacks aside - two per capability, since a
+//    thread ending unstarted holds its reserve stack until its capability
+//    has switched to the next thread, which may need one too, and eight
+//    more for threads that run whole on one; if even that fails, run() throws
 //    std::system_error naming the stack size, and nothing has started.
 //  * A thread whose first run finds no stack, and no memory for a new
 //    slab, is given a reserve stack and ends at once without running its
@@ -79,10 +82,16 @@ void StackArena::configure(std::size_t usable_size) {
 //    (their stacks come back) or memory is freed, new threads run as
 //    before: the program degrades - some threads fail to start - and
 //    recovers.
-//  * Only when the reserve itself is all in use (eight threads that must
-//    run, or whose closures' destructors block, all without a stack at
-//    once) does the runtime stop, with a message: there is no stack left to
-//    run anything on.
+//  * Only when the reserve itself is all in use (more than eight threads
+//    that must run, or whose closures' destructors block, all without a
+//    stack at once) does the runtime stop, with a message: there is no
+//    stack left to run anything on.
+//  * Each capability's pool is its own (owner-only): a capability whose
+//    pool is empty asks the arena, whose warm and released stacks it does
+//    see, not the other capabilities' pools.  So a thread may end
+//    unstarted while another capability pools a few hundred free stacks
+//    (kBusyFactor x the watermark at most): exhaustion is met a little
+//    early, never late.
 // Tested by tests/rts/storage/stack_exhaustion_test.cpp, with the
 // fail_stack_maps fault knob standing in for the kernel's ENOMEM.
 bool StackArena::new_slab_locked() {
@@ -166,11 +175,12 @@ void StackArena::allocate_batch(std::vector<void*>& out, std::size_t n) {
   }
 }
 
-void StackArena::prime() {
+void StackArena::prime(unsigned caps) {
   std::lock_guard<std::mutex> g(mu_);
-  reserve_.reserve(kReserveStacks);
+  const std::size_t want = reserve_for(caps);
+  reserve_.reserve(want);
   warned_ = true;  // the exception below says it: no stderr line too
-  while (reserve_.size() < kReserveStacks) {
+  while (reserve_.size() < want) {
     void* s = carve_locked();
     if (!s) {
       for (void* r : reserve_) cold_.push_back(r);

@@ -36,9 +36,10 @@ class StackArena {
 
   // configure sets the usable size of every stack; call before allocate().
   void configure(std::size_t usable_size);
-  // prime maps the first slab and sets kReserveStacks of it aside; throws
-  // std::system_error if it cannot (run() then fails before anything ran).
-  void prime();
+  // prime maps the first slab and sets reserve_for(caps) of its stacks
+  // aside; throws std::system_error if it cannot (run() then fails before
+  // anything ran).
+  void prime(unsigned caps);
   // release_all unmaps every slab; no stack may be in use.
   void release_all();
 
@@ -53,7 +54,10 @@ class StackArena {
   // stacks].
   void* take_reserve();
   void return_reserve(void* s);
-  static constexpr std::size_t kReserveStacks = 8;
+  // Two per capability - a thread ending unstarted still holds its
+  // reserve stack while its capability prepares the next one, which may
+  // need one too - and eight for threads that run whole on one.
+  static constexpr std::size_t reserve_for(unsigned caps) { return 2 * std::size_t{caps} + 8; }
   // give_back returns stacks whose memory is to be released to the OS.
   void give_back(void* const* stacks, std::size_t n);
   // park_warm returns stacks that keep their memory, for any capability to
