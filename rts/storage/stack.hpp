@@ -87,6 +87,7 @@ class StackArena {
  private:
   void* carve_locked();
   bool new_slab_locked();
+  std::size_t install_guards_at_once(char* slab);  // guards installed, from the first
 
   std::mutex mu_;
   std::size_t usable_ = 0;     // bytes usable per stack (multiple of the page size)

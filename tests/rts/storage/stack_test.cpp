@@ -1,9 +1,11 @@
 // stack_test.cpp - the stack arena and per-capability pools.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <set>
@@ -60,6 +62,38 @@ TEST(StackArena, EveryStackHasAGuardPageBelowIt) {
   EXPECT_TRUE(arena.is_guard_page(s - 1, s));
   EXPECT_FALSE(arena.is_guard_page(s, s));
   EXPECT_DEATH({ s[-100] = 1; }, "");  // writing into the guard faults
+  arena.release_all();
+}
+
+// Note [Installing a slab's guards at once]: one process_madvise installs
+// a whole slab's guards (or madvise does, one by one, where it cannot).
+// Every stack's guard is checked, not the first one's only: the kernel
+// reading a guard page on our behalf must fail with EFAULT.
+TEST(StackArena, EveryStackOfASlabHasItsGuard) {
+  StackArena arena;
+  arena.configure(64 * 1024);
+  if (arena.allocate(), arena.guard_mode() != StackArena::GuardMode::madvise_guard) {
+    arena.release_all();
+    GTEST_SKIP() << "no guard regions on this kernel: mprotect guards are tested above";
+  }
+  std::vector<char*> stacks;
+  for (std::size_t i = 1; i < StackArena::kSlabStacks; ++i)
+    stacks.push_back(static_cast<char*>(arena.allocate()));
+  EXPECT_EQ(arena.mappings(), 1u);
+  EXPECT_EQ(arena.guarded(), StackArena::kSlabStacks);
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0);
+  int unguarded = 0;
+  for (char* s : stacks) {
+    errno = 0;
+    if (!(write(fds[1], s - 1, 1) < 0 && errno == EFAULT)) ++unguarded;
+    char c;
+    while (read(fds[0], &c, 1) == 1) {
+    }
+  }
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(unguarded, 0) << "stacks of the slab without a guard page below them";
   arena.release_all();
 }
 
