@@ -112,9 +112,9 @@ void StackArena::configure(std::size_t usable_size) {
 std::size_t StackArena::install_guards_at_once(char* slab) {
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
   if (pidfd < 0) return 0;
-  struct iovec iov[kSlabStacks];
-  for (std::size_t i = 0; i < kSlabStacks; ++i) iov[i] = {slab + i * stride_, page_};
-  long done = ::syscall(SYS_process_madvise, pidfd, iov, kSlabStacks, MADV_GUARD_INSTALL, 0);
+  for (std::size_t i = 0; i < kSlabStacks; ++i) guard_iov_[i] = {slab + i * stride_, page_};
+  long done =
+      ::syscall(SYS_process_madvise, pidfd, guard_iov_, kSlabStacks, MADV_GUARD_INSTALL, 0);
   ::close(pidfd);
   if (done <= 0) return 0;
   // Ranges are advised in order; a short count stops inside or after one.

@@ -22,6 +22,8 @@
 //    the guard for the next user.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -106,6 +108,9 @@ class StackArena {
   std::atomic<std::uint64_t> map_failures_{0};  // written under mu_, read by statistics
   bool warned_ = false;        // the out-of-memory line was printed (guarded by mu_)
   int last_error_ = 0;         // errno of the last failed slab mapping (guarded by mu_)
+  // install_guards_at_once's vector (guarded by mu_): here rather than on
+  // the stack, which may be a 16 KiB green stack in the middle of a switch.
+  iovec guard_iov_[kSlabStacks];
 };
 
 // StackPool: one capability's free stacks.  Owner: the capability's Task.
