@@ -95,12 +95,15 @@ void notify_shutdown() {
     my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
   } else if (self->on_reserve && !self->bound && !self->is_main) [[unlikely]] {
     // No stack could be had: end before running (Note [Running out of
-    // stacks] in storage/stack.cpp).
+    // stacks] in storage/stack.cpp).  The reserve stack is fresh: room
+    // for the one line that says so.
+    rt.arena.warn_once();
     Capability* cap = my_task()->cap;
     cap->threads_unstarted.add();
     cap->threads_died.add();
     rt.fates.died(self->id);
   } else {
+    if (self->on_reserve) [[unlikely]] rt.arena.warn_once();  // a bound thread, run whole on one
     bool died = true;
     bool killed = false;
     try {

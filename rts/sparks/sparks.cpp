@@ -33,9 +33,14 @@ namespace {
 // owns the hand-over:
 //   maker:  a gate on its stack; s->gate = &gate; CAS stolen ->
 //           stolen_waiting (acq_rel: publishes s->gate).  If the CAS fails
-//           the spark is done: go on.  Else wait at the gate: lock it; if
-//           completed, go on; else queue a waiter and park.
-//   thief:  prev = exchange(done) (acq_rel).  prev == stolen: nobody waits,
+//           the thief has been: look at the state again.  Else wait at the
+//           gate: lock it; if completed, go on; else queue a waiter and
+//           park; then look at the state again.
+//   thief:  prev = exchange(done) (acq_rel) - or exchange(unpooled), when
+//           a spark thread that never got a stack gives the spark back
+//           (give_back: the maker then runs it itself, Note [Running out of
+//           stacks] in storage/stack.cpp); everything below holds for
+//           either.  prev == stolen: nobody waits,
 //           and the spark is never touched again.  prev == stolen_waiting:
 //           read s->gate, lock it, serve the waiter if one is queued, else
 //           set completed; unlock (its last touch of gate and spark); wake
@@ -126,7 +131,7 @@ void wait_stolen(spark_base* s, bool interruptible) {
   unsigned expected = spark_base::stolen;
   if (!s->state.compare_exchange_strong(expected, kStolenWaiting, std::memory_order_acq_rel,
                                         std::memory_order_acquire))
-    return;  // already done
+    return;  // the thief has been: done, or given back
   if (!interruptible) {
     gate_wait(gate, true);
     return;

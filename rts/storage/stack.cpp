@@ -91,9 +91,9 @@ void StackArena::configure(std::size_t usable_size) {
 //  * Each capability's pool is its own (owner-only): a capability whose
 //    pool is empty asks the arena, whose warm and released stacks it does
 //    see, not the other capabilities' pools.  So a thread may end
-//    unstarted while another capability pools a few hundred free stacks
-//    (kBusyFactor x the watermark at most): exhaustion is met a little
-//    early, never late.
+//    unstarted while another capability pools free stacks (up to the
+//    watermark, 256 by default, while idle; kBusyFactor x that plus 16
+//    while busy): exhaustion is met a little early, never late.
 // Tested by tests/rts/storage/stack_exhaustion_test.cpp, with the
 // fail_stack_maps fault knob standing in for the kernel's ENOMEM.
 // Note [Installing a slab's guards at once]
@@ -110,15 +110,27 @@ void StackArena::configure(std::size_t usable_size) {
 // many threads at once carves a stack for each: `delay 100000` carves
 // 5,000-11,000 in a run.
 std::size_t StackArena::install_guards_at_once(char* slab) {
+#if defined(SYS_pidfd_open) && defined(SYS_process_madvise)
+  if (no_process_madvise_) return 0;
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
-  if (pidfd < 0) return 0;
+  if (pidfd < 0) {
+    no_process_madvise_ = true;  // refused (old kernel, seccomp): not asked again this run
+    return 0;
+  }
   for (std::size_t i = 0; i < kSlabStacks; ++i) guard_iov_[i] = {slab + i * stride_, page_};
   long done =
       ::syscall(SYS_process_madvise, pidfd, guard_iov_, kSlabStacks, MADV_GUARD_INSTALL, 0);
   ::close(pidfd);
-  if (done <= 0) return 0;
+  if (done <= 0) {
+    no_process_madvise_ = true;
+    return 0;
+  }
   // Ranges are advised in order; a short count stops inside or after one.
   return std::min(kSlabStacks, static_cast<std::size_t>(done) / page_);
+#else
+  (void)slab;
+  return 0;
+#endif
 }
 
 bool StackArena::new_slab_locked() {
@@ -134,16 +146,7 @@ bool StackArena::new_slab_locked() {
     last_error_ = e;
     map_failures_.store(map_failures_.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
-    if (!warned_) {
-      warned_ = true;
-      std::fprintf(stderr,
-                   "capstan: cannot map %zu bytes for green-thread stacks: %s; threads that "
-                   "find no free stack end before they run (counted 'unstarted' by +RTS -s) "
-                   "until stacks or memory are freed (lower +RTS -K, now %zu bytes, or the "
-                   "number of threads alive at once)\n",
-                   bytes, std::strerror(e), usable_);
-    }
-    return false;
+    return false;  // reported by warn_once(), off this stack
   }
   slabs_.emplace_back(p, bytes);
   ++mappings_;
@@ -209,13 +212,12 @@ void StackArena::prime(unsigned caps) {
   std::lock_guard<std::mutex> g(mu_);
   const std::size_t want = reserve_for(caps);
   reserve_.reserve(want);
-  warned_ = true;  // the exception below says it: no stderr line too
   while (reserve_.size() < want) {
     void* s = carve_locked();
     if (!s) {
-      for (void* r : reserve_) cold_.push_back(r);
-      reserve_.clear();
-      warned_ = false;
+      // No ~Runtime will run: unmap what was mapped (a reserve over one
+      // slab, from -N125 up, may fail on its second).
+      release_all_locked();
       throw std::system_error(
           last_error_, std::generic_category(),
           fmt::format("capstan::run: cannot map {} bytes for the first green-thread stacks "
@@ -224,7 +226,30 @@ void StackArena::prime(unsigned caps) {
     }
     reserve_.push_back(s);
   }
-  warned_ = false;
+}
+
+// warn_once prints, once a run, why threads are ending unstarted.  Called
+// by a thread on a reserve stack (fork.cpp's thread_entry), never from
+// new_slab_locked: that runs in the middle of a switch, on the stack of the
+// thread switching away, which may be a 16 KiB green stack, and glibc's
+// fprintf to unbuffered stderr puts an 8 KiB buffer on the stack.
+void StackArena::warn_once() {
+  std::size_t bytes, usable;
+  int e;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (warned_ || map_failures_.load(std::memory_order_relaxed) == 0) return;
+    warned_ = true;
+    bytes = stride_ * kSlabStacks;
+    usable = usable_;
+    e = last_error_;
+  }
+  std::fprintf(stderr,
+               "capstan: cannot map %zu bytes for green-thread stacks: %s; threads that find "
+               "no free stack end before they run (counted 'unstarted' by +RTS -s) until "
+               "stacks or memory are freed (lower +RTS -K, now %zu bytes, or the number of "
+               "threads alive at once)\n",
+               bytes, std::strerror(e), usable);
 }
 
 void* StackArena::take_reserve() {
@@ -321,6 +346,10 @@ void StackArena::keep_memory() {
 
 void StackArena::release_all() {
   std::lock_guard<std::mutex> g(mu_);
+  release_all_locked();
+}
+
+void StackArena::release_all_locked() {
   keep_memory_ = false;
   for (auto& [p, n] : slabs_) munmap(p, n);
   slabs_.clear();
@@ -328,6 +357,7 @@ void StackArena::release_all() {
   warm_.clear();
   reserve_.clear();
   warned_ = false;
+  no_process_madvise_ = false;
   map_failures_.store(0, std::memory_order_relaxed);
   slab_next_ = nullptr;
   slab_left_ = 0;

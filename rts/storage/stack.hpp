@@ -56,6 +56,9 @@ class StackArena {
   // stacks].
   void* take_reserve();
   void return_reserve(void* s);
+  // warn_once prints, the first time in a run after a slab could not be
+  // mapped, what that means; call it from a stack with room (a reserve one).
+  void warn_once();
   // Two per capability - a thread ending unstarted still holds its
   // reserve stack while its capability prepares the next one, which may
   // need one too - and eight for threads that run whole on one.
@@ -90,6 +93,7 @@ class StackArena {
   void* carve_locked();
   bool new_slab_locked();
   std::size_t install_guards_at_once(char* slab);  // guards installed, from the first
+  void release_all_locked();
 
   std::mutex mu_;
   std::size_t usable_ = 0;     // bytes usable per stack (multiple of the page size)
@@ -107,6 +111,7 @@ class StackArena {
   std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
   std::atomic<std::uint64_t> map_failures_{0};  // written under mu_, read by statistics
   bool warned_ = false;        // the out-of-memory line was printed (guarded by mu_)
+  bool no_process_madvise_ = false;  // process_madvise refused once this run (guarded by mu_)
   int last_error_ = 0;         // errno of the last failed slab mapping (guarded by mu_)
   // install_guards_at_once's vector (guarded by mu_): here rather than on
   // the stack, which may be a 16 KiB green stack in the middle of a switch.

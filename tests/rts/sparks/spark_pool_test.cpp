@@ -170,6 +170,54 @@ TEST(SparkPoolOwner, FindSparkTakesTheOldestAndEveryFateIsCountedOnce) {
   EXPECT_EQ(st.created, st.converted + st.fizzled + st.gcd);
 }
 
+// A spark thread that never got a stack (Note [Running out of stacks] in
+// storage/stack.cpp) gives its sparks back: its first one, with the maker
+// already waiting for it at the gate, and one from its capability's
+// backlog.  The maker runs both itself (fizzled), exactly once; a given-back
+// spark dropped unforced is GC'd; the accounting adds up.
+TEST(SparkPoolOwner, ASparkThreadThatNeverRanGivesItsSparksBack) {
+  std::atomic<int> runs{0};
+  capstan::run(one_cap(), [&] {
+    Capability* cap = rt.caps[0];
+    auto a = capstan::par([&] { return runs.fetch_add(1) + 10; });
+    auto b = capstan::par([&] { return runs.fetch_add(1) + 20; });
+    {
+      auto c = capstan::par([&] { return runs.fetch_add(1) + 30; });
+      spark_base* first = capstan::rts::find_spark(cap);   // a, marked stolen
+      spark_base* second = capstan::rts::find_spark(cap);  // b
+      spark_base* third = capstan::rts::find_spark(cap);   // c
+      ASSERT_EQ(addr(first), addr(&a));
+      ASSERT_EQ(addr(second), addr(&b));
+      ASSERT_EQ(addr(third), addr(&c));
+      ASSERT_EQ(cap->n_stolen_sparks, 0u);
+      cap->stolen_sparks[cap->n_stolen_sparks++] = second;  // the backlog
+      cap->stolen_sparks[cap->n_stolen_sparks++] = third;
+      // The spark thread's closure is one spark_base*: destroyed unrun, by
+      // another green thread once we wait for `a` at its gate.
+      spark_base* closure = first;
+      std::atomic<bool> destroyed{false};
+      capstan::fork_io([&] {
+        while (first->state.load() != spark_base::stolen_waiting) capstan::yield();
+        capstan::rts::spark_thread_ops.destroy(&closure);
+        destroyed.store(true);
+      });
+      EXPECT_EQ(a.get(), 10) << "the waiting maker was not handed its spark back";
+      EXPECT_TRUE(destroyed.load());
+      EXPECT_EQ(cap->n_stolen_sparks, 0u) << "the backlog was left behind";
+      EXPECT_EQ(third->state.load(), spark_base::unpooled);
+    }  // c dropped unforced: GC'd, never run
+    EXPECT_EQ(b.get(), 21);
+    EXPECT_EQ(b.get(), 21) << "a second get() of a given-back spark ran it again";
+  });
+  EXPECT_EQ(runs.load(), 2) << "a spark ran twice, or a dropped one ran";
+  auto st = capstan::statistics().sparks;
+  EXPECT_EQ(st.created, 3u);
+  EXPECT_EQ(st.converted, 0u);
+  EXPECT_EQ(st.fizzled, 2u);
+  EXPECT_EQ(st.gcd, 1u);
+  EXPECT_EQ(st.created, st.converted + st.fizzled + st.gcd);
+}
+
 // --- the steal protocol, on hand-made capabilities ----------------------------
 
 // Two capabilities in rt (no runtime running): caps[0] is the victim whose
