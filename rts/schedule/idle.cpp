@@ -133,6 +133,9 @@ bool any_sparks() {
 bool try_sparks(Capability* cap, bool* asked) {
   poll_spark_requests(cap);
   *asked = false;
+  // A spark thread that can get no stack would end unstarted and give its
+  // sparks back (Note [Running out of stacks] in storage/stack.cpp).
+  if (cap->stacks.pooled() == 0 && rt.arena.exhausted()) [[unlikely]] return false;
   if (detail::spark_base* s = find_spark(cap, asked)) {
     start_spark_thread(cap, s);
     return true;

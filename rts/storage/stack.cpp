@@ -84,6 +84,12 @@ void StackArena::configure(std::size_t usable_size) {
 //    (their stacks come back) or memory is freed, new threads run as
 //    before: the program degrades - some threads fail to start - and
 //    recovers.
+//  * Spark threads are the runtime's own idea: while the arena is
+//    exhausted (the last mapping failed and no stack has come back since)
+//    an idle capability whose pool holds no stack does not start one
+//    (try_sparks, schedule/idle.cpp).  It would only end unstarted and
+//    give its sparks back, round after round; the sparks wait in their
+//    pools for their makers instead.
 //  * Only when the reserve itself is all in use (more than eight threads
 //    that must run, or whose closures' destructors block, all without a
 //    stack at once) does the runtime stop, with a message: there is no
@@ -144,10 +150,12 @@ bool StackArena::new_slab_locked() {
   }
   if (p == MAP_FAILED) {
     last_error_ = e;
+    exhausted_.store(true, std::memory_order_relaxed);
     map_failures_.store(map_failures_.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
     return false;  // reported by warn_once(), off this stack
   }
+  exhausted_.store(false, std::memory_order_relaxed);
   slabs_.emplace_back(p, bytes);
   ++mappings_;
   slab_next_ = static_cast<char*>(p);
@@ -285,6 +293,7 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
     std::lock_guard<std::mutex> g(mu_);
     if (keep_memory_) {  // Note [Keeping stacks at shutdown]
       warm_.insert(warm_.end(), stacks, stacks + n);
+      exhausted_.store(false, std::memory_order_relaxed);
       return;
     }
   }
@@ -301,6 +310,7 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
   }
   std::lock_guard<std::mutex> g(mu_);
   cold_.insert(cold_.end(), stacks, stacks + n);
+  exhausted_.store(false, std::memory_order_relaxed);
 }
 
 void StackArena::park_warm(void* const* stacks, std::size_t n) {
@@ -308,6 +318,7 @@ void StackArena::park_warm(void* const* stacks, std::size_t n) {
   {
     std::lock_guard<std::mutex> g(mu_);
     warm_.insert(warm_.end(), stacks, stacks + n);
+    exhausted_.store(false, std::memory_order_relaxed);
     if (warm_.size() > kWarmMax && !keep_memory_) {  // Note [Keeping stacks at shutdown]
       auto excess = static_cast<std::ptrdiff_t>(warm_.size() - kWarmMax);
       old.assign(warm_.begin(), warm_.begin() + excess);
@@ -358,6 +369,7 @@ void StackArena::release_all_locked() {
   reserve_.clear();
   warned_ = false;
   no_process_madvise_ = false;
+  exhausted_.store(false, std::memory_order_relaxed);
   map_failures_.store(0, std::memory_order_relaxed);
   slab_next_ = nullptr;
   slab_left_ = 0;
