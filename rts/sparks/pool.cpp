@@ -198,9 +198,11 @@ void spark_pool_init(Capability* cap, std::size_t capacity) {
 
 void spark_pool_release(Capability* cap) noexcept {
   spark_pool& p = cap->sparks;
-  // Sparks left behind (their makers were abandoned) never run: GC'd.
+  // Sparks left behind (their makers were abandoned) never run: GC'd -
+  // those in the pool and those stolen into its backlog, not yet run.
   for (std::uint64_t i = p.bottom.load(); i < p.top.load(); ++i)
     if (p.slots[i & p.mask]) detail::bump(p.gcd);
+  for (; cap->n_stolen_sparks; --cap->n_stolen_sparks) detail::bump(p.gcd);
   delete[] p.slots;
   p.slots = nullptr;
 }

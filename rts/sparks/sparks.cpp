@@ -213,13 +213,20 @@ bool spark_thread_invoke(void* p) {
 // back to their makers, who run them themselves; reclaimed at shutdown
 // before its first run, it cancels them, as a running spark thread does
 // then (their makers' get() throws thread_killed).  Destroyed once the
-// schedulers have stopped (shutdown's reclaiming of leftovers), it does
-// nothing: the makers are abandoned too, their stacks going away.
+// schedulers have stopped (shutdown's reclaiming of leftovers), it only
+// counts its first spark GC'd: the makers are abandoned too, and nothing
+// may wake them (its capability's backlog is counted by
+// spark_pool_release).
 void spark_thread_destroy(void* p) noexcept {
   spark_base* first = static_cast<SparkThreadClosure*>(p)->first;
   if (!first) return;  // it ran
   Task* task = my_task();
-  if (!task || !task->cap || rt.stop.load(std::memory_order_acquire)) return;
+  if (!task || !task->cap || rt.stop.load(std::memory_order_acquire)) {
+    // Counted, though: GC'd, in its maker's pool (no owner runs any more;
+    // the spark lives on its maker's stack, mapped until the run ends).
+    if (first->pool) detail::bump(first->pool->gcd);
+    return;
+  }
   Capability* cap = task->cap;
   if (rt.shutting_down.load(std::memory_order_acquire)) {
     cancel(cap, first);

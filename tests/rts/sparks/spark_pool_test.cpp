@@ -307,6 +307,31 @@ TEST_F(StealProtocol, AnAnswerHoldsAtMostKStealBatchSparks) {
   EXPECT_EQ(counter(p->fizzled), static_cast<std::uint64_t>(n) - kBatch);
 }
 
+// A run that ends with stolen sparks still in a capability's backlog (their
+// makers abandoned, no spark thread left to run them) counts them GC'd when
+// the pool is released: SPARKS adds up after any shutdown.
+TEST_F(StealProtocol, ReleasingAPoolCountsItsUnrunBacklogGcd) {
+  Task owner;
+  own_victim(&owner);
+  std::vector<std::unique_ptr<spark<int>>> s;
+  for (int i = 0; i < 9; ++i) s.emplace_back(new spark<int>(capstan::par([i] { return i; })));
+  victim()->sparks.request.store(thief());
+  capstan::rts::poll_spark_requests(victim());
+  spark_base* first = thief()->steal_box.load();
+  ASSERT_EQ(thief()->steal_batch_n, 2u);
+  std::vector<spark_base*> backlog(thief()->steal_batch, thief()->steal_batch + 2);
+  for (spark_base* b : backlog) thief()->stolen_sparks[thief()->n_stolen_sparks++] = b;
+  thief()->steal_batch_n = 0;
+  std::uint64_t gcd0 = counter(thief()->sparks.gcd);
+  capstan::rts::spark_pool_release(thief());
+  EXPECT_EQ(counter(thief()->sparks.gcd), gcd0 + 2) << "the unrun backlog was not counted";
+  EXPECT_EQ(thief()->n_stolen_sparks, 0u);
+  capstan::rts::spark_pool_init(thief(), 1024);  // for TearDown
+  // Settle them, as no real run would, so that their ~spark does not wait.
+  run_stolen(first);
+  for (spark_base* b : backlog) run_stolen(b);
+}
+
 TEST_F(StealProtocol, AnEmptyPoolAnswersNoneAndAWithdrawnRequestIsNotAnswered) {
   Task owner;
   own_victim(&owner);
