@@ -1,6 +1,8 @@
 // fork.cpp - a green thread's life as the scheduler sees it: made
 // runnable (fork_io, fork_on, fork_os), started (thread_entry), finished.
 // Allocation, ids and teardown of the Thread object are thread/threads.cpp.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -140,10 +142,12 @@ void notify_shutdown() {
 void* reserve_stack(Thread* t) {
   void* s = rt.arena.take_reserve();
   if (!s) {
-    std::fprintf(stderr,
-                 "capstan: out of memory for green-thread stacks, and all %zu reserve stacks "
-                 "are in use by threads without one; cannot run thread %llu\n",
-                 StackArena::reserve_for(rt.n_caps), static_cast<unsigned long long>(t->id));
+    // Inside a switch, on a stack that may be nearly full: no fprintf.
+    static constexpr char kMsg[] =
+        "capstan: out of memory for green-thread stacks, and every reserve stack is in use "
+        "by a thread without one; cannot run the next thread\n";
+    [[maybe_unused]] auto n = ::write(2, kMsg, sizeof kMsg - 1);
+    (void)t;
     std::abort();
   }
   t->on_reserve = true;

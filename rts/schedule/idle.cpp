@@ -134,8 +134,12 @@ bool try_sparks(Capability* cap, bool* asked) {
   poll_spark_requests(cap);
   *asked = false;
   // A spark thread that can get no stack would end unstarted and give its
-  // sparks back (Note [Running out of stacks] in storage/stack.cpp).
-  if (cap->stacks.pooled() == 0 && rt.arena.exhausted()) [[unlikely]] return false;
+  // sparks back (Note [Running out of stacks] in storage/stack.cpp).  Not
+  // while we hold stolen sparks: only a spark thread - or the one that
+  // fails to start, giving them back - returns those to their makers.
+  if (rt.arena.maybe_exhausted() && cap->stacks.pooled() == 0 && cap->n_stolen_sparks == 0 &&
+      rt.arena.exhausted(now_ns())) [[unlikely]]
+    return false;
   if (detail::spark_base* s = find_spark(cap, asked)) {
     start_spark_thread(cap, s);
     return true;

@@ -53,9 +53,10 @@
 //   dud        already evaluated when sparked: a C++ closure never is, so 0
 //   converted  run by a spark thread (stolen, or taken from the own pool
 //              by the idle capability)
-//   fizzled    found evaluated: its maker's get() ran it itself first
+//   fizzled    found evaluated: its maker's get() ran it itself first (or
+//              after a spark thread that never started gave it back)
 //   GC'd       discarded unevaluated (spark destroyed unforced, or left in
-//              a pool at shutdown)
+//              a pool or a capability's stolen backlog at shutdown)
 // created == converted + fizzled + GC'd + (still in pools), always; the
 // summary's total is created + overflowed + dud.
 #include "sparks/pool.hpp"

@@ -73,7 +73,10 @@ namespace {
 // a long spark therefore finishes unwinding only when the spark does; the
 // exception has been raised at once (throw_to returns), the spark keeps
 // its captures alive.  Throws queued meanwhile land at the next safe point.
-// Checked by models/spark_steal.pml (docs/models.md).
+// Checked by models/spark_steal.pml (docs/models.md), which has the exit
+// to `done`; the give-back exit to `unpooled` is the same hand-over with
+// another final state, and the maker's look at the state after its wait,
+// and is not in the model.
 constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
 }  // namespace
@@ -207,8 +210,9 @@ bool spark_thread_invoke(void* p) {
   return true;
 }
 // A spark thread that never ran settles the sparks it was to run - its
-// first, and its capability's backlog, which only a running spark thread
-// drains - so that no maker waits for them for ever.  Ended for want of a
+// first, and its capability's backlog (a spark thread running there would
+// drain it; the idle loop's find_spark takes from it too) - so that no
+// maker waits for them for ever.  Ended for want of a
 // stack (Note [Running out of stacks] in storage/stack.cpp), it gives them
 // back to their makers, who run them themselves; reclaimed at shutdown
 // before its first run, it cancels them, as a running spark thread does
@@ -221,10 +225,15 @@ void spark_thread_destroy(void* p) noexcept {
   spark_base* first = static_cast<SparkThreadClosure*>(p)->first;
   if (!first) return;  // it ran
   Task* task = my_task();
-  if (!task || !task->cap || rt.stop.load(std::memory_order_acquire)) {
-    // Counted, though: GC'd, in its maker's pool (no owner runs any more;
-    // the spark lives on its maker's stack, mapped until the run ends).
+  if (!task || !task->cap) {
+    // Shutdown's reclaiming: counted, though - GC'd, in its maker's pool
+    // (no owner runs any more; the spark lives on its maker's stack,
+    // mapped until the run ends).
     if (first->pool) detail::bump(first->pool->gcd);
+    return;
+  }
+  if (rt.stop.load(std::memory_order_acquire)) {
+    detail::bump(task->cap->sparks.gcd);  // our own pool's counter: we own it
     return;
   }
   Capability* cap = task->cap;

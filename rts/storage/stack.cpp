@@ -16,6 +16,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "primitives/clock.hpp"
 #include "primitives/fault_injection.hpp"
 
 #ifndef MADV_GUARD_INSTALL
@@ -85,11 +86,13 @@ void StackArena::configure(std::size_t usable_size) {
 //    before: the program degrades - some threads fail to start - and
 //    recovers.
 //  * Spark threads are the runtime's own idea: while the arena is
-//    exhausted (the last mapping failed and no stack has come back since)
-//    an idle capability whose pool holds no stack does not start one
-//    (try_sparks, schedule/idle.cpp).  It would only end unstarted and
-//    give its sparks back, round after round; the sparks wait in their
-//    pools for their makers instead.
+//    exhausted (a mapping failed in the last 10 ms and no stack has come
+//    back since) an idle capability whose pool holds no stack, and that
+//    holds no stolen sparks, does not start one (try_sparks,
+//    schedule/idle.cpp).  It would only end unstarted and give the sparks
+//    it stole back, round after round; they wait in their pools for their
+//    makers instead.  After 10 ms it tries again, so spark parallelism
+//    comes back with the memory even in a program that forks nothing.
 //  * Only when the reserve itself is all in use (more than eight threads
 //    that must run, or whose closures' destructors block, all without a
 //    stack at once) does the runtime stop, with a message: there is no
@@ -150,12 +153,12 @@ bool StackArena::new_slab_locked() {
   }
   if (p == MAP_FAILED) {
     last_error_ = e;
-    exhausted_.store(true, std::memory_order_relaxed);
+    exhausted_at_.store(std::max<std::int64_t>(now_ns(), 1), std::memory_order_relaxed);
     map_failures_.store(map_failures_.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
     return false;  // reported by warn_once(), off this stack
   }
-  exhausted_.store(false, std::memory_order_relaxed);
+  exhausted_at_.store(0, std::memory_order_relaxed);
   slabs_.emplace_back(p, bytes);
   ++mappings_;
   slab_next_ = static_cast<char*>(p);
@@ -293,7 +296,7 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
     std::lock_guard<std::mutex> g(mu_);
     if (keep_memory_) {  // Note [Keeping stacks at shutdown]
       warm_.insert(warm_.end(), stacks, stacks + n);
-      exhausted_.store(false, std::memory_order_relaxed);
+      exhausted_at_.store(0, std::memory_order_relaxed);
       return;
     }
   }
@@ -310,7 +313,7 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
   }
   std::lock_guard<std::mutex> g(mu_);
   cold_.insert(cold_.end(), stacks, stacks + n);
-  exhausted_.store(false, std::memory_order_relaxed);
+  exhausted_at_.store(0, std::memory_order_relaxed);
 }
 
 void StackArena::park_warm(void* const* stacks, std::size_t n) {
@@ -318,7 +321,7 @@ void StackArena::park_warm(void* const* stacks, std::size_t n) {
   {
     std::lock_guard<std::mutex> g(mu_);
     warm_.insert(warm_.end(), stacks, stacks + n);
-    exhausted_.store(false, std::memory_order_relaxed);
+    exhausted_at_.store(0, std::memory_order_relaxed);
     if (warm_.size() > kWarmMax && !keep_memory_) {  // Note [Keeping stacks at shutdown]
       auto excess = static_cast<std::ptrdiff_t>(warm_.size() - kWarmMax);
       old.assign(warm_.begin(), warm_.begin() + excess);
@@ -369,7 +372,7 @@ void StackArena::release_all_locked() {
   reserve_.clear();
   warned_ = false;
   no_process_madvise_ = false;
-  exhausted_.store(false, std::memory_order_relaxed);
+  exhausted_at_.store(0, std::memory_order_relaxed);
   map_failures_.store(0, std::memory_order_relaxed);
   slab_next_ = nullptr;
   slab_left_ = 0;

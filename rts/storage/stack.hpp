@@ -81,9 +81,15 @@ class StackArena {
   std::uint64_t mappings() const { return mappings_; }
   std::uint64_t guarded() const { return guarded_; }
   std::uint64_t reserved_stacks() const { return carved_; }
-  // exhausted: the last slab mapping failed and no stack has come back to
-  // the arena since (a hint, read without the lock).
-  bool exhausted() const { return exhausted_.load(std::memory_order_relaxed); }
+  // exhausted: the last slab mapping failed within kExhaustedNs of `now`
+  // and no stack has come back to the arena since (a hint, read without
+  // the lock; after kExhaustedNs the next first run tries again anyway).
+  static constexpr std::int64_t kExhaustedNs = 10'000'000;
+  bool maybe_exhausted() const { return exhausted_at_.load(std::memory_order_relaxed) != 0; }
+  bool exhausted(std::int64_t now) const {
+    std::int64_t at = exhausted_at_.load(std::memory_order_relaxed);
+    return at != 0 && now - at < kExhaustedNs;
+  }
   // map_failures counts the slabs that could not be mapped.
   std::uint64_t map_failures() const { return map_failures_.load(std::memory_order_relaxed); }
   // is_guard_page tells whether addr lies in the guard page below stack_lo.
@@ -113,7 +119,7 @@ class StackArena {
   std::vector<void*> reserve_; // set aside by prime() (guarded by mu_)
   std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
   std::atomic<std::uint64_t> map_failures_{0};  // written under mu_, read by statistics
-  std::atomic<bool> exhausted_{false};          // written under mu_, read as a hint
+  std::atomic<std::int64_t> exhausted_at_{0};   // when a mapping last failed, 0 since a stack came back (written under mu_, read as a hint)
   bool warned_ = false;        // the out-of-memory line was printed (guarded by mu_)
   bool no_process_madvise_ = false;  // process_madvise refused once this run (guarded by mu_)
   int last_error_ = 0;         // errno of the last failed slab mapping (guarded by mu_)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "capstan_test.hpp"
+#include "primitives/clock.hpp"
 #include "primitives/fault_injection.hpp"
 #include "storage/stack.hpp"
 
@@ -40,16 +41,18 @@ TEST(StackArena, AFailedMappingGivesNoStackAndTheReserveIsHeldApart) {
     std::vector<void*> batch;
     arena.allocate_batch(batch, 16);
     EXPECT_TRUE(batch.empty()) << "a batch came out of nothing";
-    EXPECT_TRUE(arena.exhausted());
+    EXPECT_TRUE(arena.exhausted(rts::now_ns()));
+    EXPECT_FALSE(arena.exhausted(rts::now_ns() + rts::StackArena::kExhaustedNs))
+        << "exhaustion never expires";
     // A stack coming back ends the exhaustion: the next allocation is it.
     void* back = got.back();
     got.pop_back();
     arena.give_back(&back, 1);
-    EXPECT_FALSE(arena.exhausted());
+    EXPECT_FALSE(arena.exhausted(rts::now_ns()));
     EXPECT_EQ(arena.allocate(), back);
     got.push_back(back);
     EXPECT_EQ(arena.allocate(), nullptr);
-    EXPECT_TRUE(arena.exhausted());
+    EXPECT_TRUE(arena.exhausted(rts::now_ns()));
     // The reserve is still there, and only it.
     std::vector<void*> taken;
     while (void* r = arena.take_reserve()) taken.push_back(r);
@@ -59,7 +62,7 @@ TEST(StackArena, AFailedMappingGivesNoStackAndTheReserveIsHeldApart) {
   // Memory again: a new slab.
   void* s = arena.allocate();
   EXPECT_NE(s, nullptr);
-  EXPECT_FALSE(arena.exhausted());
+  EXPECT_FALSE(arena.exhausted(rts::now_ns()));
   EXPECT_EQ(arena.mappings(), 2u);
   arena.release_all();
 }
