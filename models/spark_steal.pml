@@ -15,7 +15,10 @@
  * pending request after its push) - and forces them with get(), oldest
  * first, polling for requests at its poll points (each slow get(), and
  * every turn of its idle loop afterwards, until it goes to sleep); two idle thieves T1, T2 each ask V for sparks (at most two asks
- * each) and run what they get on a spark thread, completing it.  A thief
+ * each) and run what they get on a spark thread, completing it - or, its
+ * spark thread never getting a stack (Note [Running out of stacks] in
+ * rts/storage/stack.cpp), give it back to V (give_back: `unpooled`, and V
+ * runs it itself after its wait, or discards it).  A thief
  * may give up waiting at any moment (its deadline, or work in its inbox)
  * and withdraws its request.  A thief may also post an early request, the
  * hunt's (Note [Asking before the sparks exist] in rts/sparks/pool.cpp),
@@ -74,6 +77,9 @@
  *   -DBROKEN_LEAVE     an interrupted maker whose withdrawal fails leaves
  *                      at once instead of waiting at the gate for the
  *                      thief: the thief touches a dead gate.
+ *   -DBROKEN_GIVEBACK  V, woken at the gate, takes the spark as done
+ *                      instead of looking at the state again: a spark
+ *                      given back is then never run.
  */
 
 #define NONE      3     /* kNoSpark */
@@ -88,6 +94,7 @@
 #define STOLEN_WAITING  2
 #define DONE            3
 #define TAKEN           4
+#define UNPOOLED        5   /* given back by a spark thread that never got a stack */
 
 bool inpool[NS + 1];    /* V's pool [owner] */
 byte state[NS + 1];     /* spark_base::state */
@@ -211,7 +218,12 @@ inline discard(s, intr) {
   if
   :: state[s] == PENDING -> inpool[s] = 0; discarded[s] = 1; state[s] = DONE
   :: state[s] == STOLEN -> wait_stolen(s, 1, intr)
-  :: else -> skip                       /* done */
+  :: else -> skip                       /* done, or given back */
+  fi;
+  /* given back (before, or during the wait): settled unrun (GC'd) */
+  if
+  :: state[s] == UNPOOLED -> discarded[s] = 1; state[s] = DONE
+  :: else -> skip
   fi
 }
 
@@ -252,8 +264,16 @@ force:
                  discard(1, x);
                  discard(2, x);
                  break
-            :: else -> s++
+#ifdef BROKEN_GIVEBACK
+            :: else -> if :: state[s] == UNPOOLED -> state[s] = DONE :: else -> skip fi; s++
+#else
+            :: else -> goto force       /* done, or given back: look again */
+#endif
             fi
+       :: st == UNPOOLED ->
+            runs[s]++;                  /* given back: run here (fizzled) */
+            state[s] = DONE;
+            s++
        :: st == PENDING ->
             poll(th, x);                /* a poll point */
             if
@@ -320,8 +340,29 @@ inline complete(s, prev) {
   fi
 }
 
+/* give_back(s): the spark thread never got a stack - publish unpooled and
+ * serve the maker's gate if it waits: complete()'s hand-over. */
+inline give_back(s, prev) {
+  atomic { prev = state[s]; state[s] = UNPOOLED }   /* exchange (acq_rel) */
+  if
+  :: prev == STOLEN_WAITING ->
+       atomic { !glock[s] -> assert(galive[s]); glock[s] = 1 };
+       if
+       :: gq[s] ->
+            gq[s] = 0; v_gate = 0;
+            glock[s] = 0;
+            atomic { assert(v_saved && !v_runnable); v_runnable = 1 }
+       :: else ->
+            gcompleted[s] = 1;
+            glock[s] = 0
+       fi
+  :: else -> skip
+  fi
+}
+
 /* An idle capability: find_spark asks V (ask()), and a spark thread runs
- * what it got, completes it, and looks again. */
+ * what it got, completes it, and looks again - or never starts, and gives
+ * it back. */
 proctype Thief(byte me) {
   byte s, prev, tries, req;
   tries = 0;
@@ -359,9 +400,10 @@ ask:
             asking--;
             if
             :: s != NONE ->
-                 /* the spark thread: run, complete */
-                 runs[s]++;
-                 complete(s, prev)
+                 if
+                 :: runs[s]++; complete(s, prev)   /* the spark thread: run, complete */
+                 :: give_back(s, prev)             /* it never got a stack */
+                 fi
             :: else -> skip
             fi
        :: else -> skip            /* someone else is asking V */

@@ -73,10 +73,8 @@ namespace {
 // a long spark therefore finishes unwinding only when the spark does; the
 // exception has been raised at once (throw_to returns), the spark keeps
 // its captures alive.  Throws queued meanwhile land at the next safe point.
-// Checked by models/spark_steal.pml (docs/models.md), which has the exit
-// to `done`; the give-back exit to `unpooled` is the same hand-over with
-// another final state, and the maker's look at the state after its wait,
-// and is not in the model.
+// Checked by models/spark_steal.pml (docs/models.md), the give-back exit
+// and the maker's look at the state after its wait included.
 constexpr unsigned kStolenWaiting = spark_base::stolen_waiting;
 
 }  // namespace
