@@ -38,6 +38,18 @@ const void* slot(const spark_pool* p, std::uint64_t i) { return p->slots[i & p->
 
 std::uint64_t counter(const std::atomic<std::uint64_t>& c) { return c.load(std::memory_order_relaxed); }
 
+// expect_sparks checks the last run's SPARKS line, category by category,
+// and that the categories add up.
+void expect_sparks(std::uint64_t created, std::uint64_t converted, std::uint64_t fizzled,
+                   std::uint64_t gcd) {
+  auto st = capstan::statistics().sparks;
+  EXPECT_EQ(st.created, created);
+  EXPECT_EQ(st.converted, converted);
+  EXPECT_EQ(st.fizzled, fizzled);
+  EXPECT_EQ(st.gcd, gcd);
+  EXPECT_EQ(st.created, st.converted + st.fizzled + st.gcd);
+}
+
 capstan::options one_cap(std::size_t pool_size = 64) {
   capstan::options o = capstan_test::opts(1);
   o.spark_pool_size = pool_size;
@@ -162,12 +174,7 @@ TEST(SparkPoolOwner, FindSparkTakesTheOldestAndEveryFateIsCountedOnce) {
     EXPECT_EQ(a.get(), 1);  // converted by the spark thread; we waited for it
   });
   EXPECT_EQ(ran_b.load(), 0) << "a discarded spark ran";
-  auto st = capstan::statistics().sparks;
-  EXPECT_EQ(st.created, 3u);
-  EXPECT_EQ(st.converted, 1u);
-  EXPECT_EQ(st.fizzled, 1u);
-  EXPECT_EQ(st.gcd, 1u);
-  EXPECT_EQ(st.created, st.converted + st.fizzled + st.gcd);
+  expect_sparks(/*created=*/3, /*converted=*/1, /*fizzled=*/1, /*gcd=*/1);
 }
 
 // A spark thread that never got a stack (Note [Running out of stacks] in
@@ -210,12 +217,7 @@ TEST(SparkPoolOwner, ASparkThreadThatNeverRanGivesItsSparksBack) {
     EXPECT_EQ(b.get(), 21) << "a second get() of a given-back spark ran it again";
   });
   EXPECT_EQ(runs.load(), 2) << "a spark ran twice, or a dropped one ran";
-  auto st = capstan::statistics().sparks;
-  EXPECT_EQ(st.created, 3u);
-  EXPECT_EQ(st.converted, 0u);
-  EXPECT_EQ(st.fizzled, 2u);
-  EXPECT_EQ(st.gcd, 1u);
-  EXPECT_EQ(st.created, st.converted + st.fizzled + st.gcd);
+  expect_sparks(/*created=*/3, /*converted=*/0, /*fizzled=*/2, /*gcd=*/1);
 }
 
 // --- the steal protocol, on hand-made capabilities ----------------------------
