@@ -97,6 +97,13 @@ TEST_P(StackExhaustion, ThreadsWithoutAStackEndUnstartedAndLaterOnesRun) {
   long sparks_sum = 0, sparks_want = 0;
   std::uint64_t unstarted_before_sparks = 0, unstarted_after_sparks = 0;
   testing::internal::CaptureStderr();
+  // Ends the capture however the run ends, so later tests' output shows.
+  struct Captured {
+    std::string text;
+    bool done = false;
+    std::string take() { return done ? text : (done = true, text = testing::internal::GetCapturedStderr()); }
+    ~Captured() { take(); }
+  } captured;
   run([&] {
     mvar<int> gate;
     std::vector<thread_id> during;
@@ -155,7 +162,7 @@ TEST_P(StackExhaustion, ThreadsWithoutAStackEndUnstartedAndLaterOnesRun) {
       }
     gate.put(1);  // everyone goes home
   });
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err = captured.take();
   EXPECT_EQ(unstarted + blocked, kDuring);
   EXPECT_GT(unstarted, 0) << "every thread found a stack: the test did not exhaust them";
   EXPECT_GT(blocked, 0);
