@@ -41,9 +41,8 @@ inline void free_thread_resources(Thread* t) noexcept {
   t->tsan_fiber = nullptr;
 }
 
-// discard_thread tears t down and returns the object to the calling Task's
-// capability (or the shared depot off a capability).
-inline void discard_thread(Thread* t) noexcept {
+// reset_thread tears t down to a pristine object, ready for reuse.
+inline void reset_thread(Thread* t) noexcept {
   free_thread_resources(t);
   // Back to a pristine state for reuse, field by field: the object cannot
   // be rebuilt whole, because a stale mvar timer may still lock wait_lock
@@ -70,6 +69,12 @@ inline void discard_thread(Thread* t) noexcept {
   t->trace_flow = 0;
   t->trace_call_t0 = 0;
   t->trace_killed = false;
+}
+
+// discard_thread tears t down and returns the object to the calling Task's
+// capability (or the shared depot off a capability).
+inline void discard_thread(Thread* t) noexcept {
+  reset_thread(t);
   Task* task = my_task();
   if (task && task->cap) task->cap->threads.put(t);
   else rt.depot.give_batch(t, 1);
@@ -81,7 +86,8 @@ static inline void recycle(Capability* cap, Thread* t) noexcept {
   if (t->on_reserve) [[unlikely]] rt.arena.return_reserve(t->stack_lo);
   else cap->stacks.put(t->stack_lo);
   cap->stacks_freed.add();
-  discard_thread(t);
+  reset_thread(t);
+  cap->threads.put(t);  // the caller holds cap: no need to look it up
 }
 
 // Ids: unique in a run, handed out in blocks of kIdBlock.
