@@ -90,6 +90,9 @@ void notify_shutdown() {
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
   after_switch(static_cast<PostSwitch*>(arg));
   Thread* self = my_task()->cap->current;
+  // On a reserve stack (Note [Running out of stacks] in storage/stack.cpp):
+  // a fresh stack, with room for the one line that says why.
+  if (self->on_reserve) [[unlikely]] rt.arena.warn_once();
   // Bound threads always start: a fork_os or in-call thread's Task waits for
   // it; it meets thread_killed at its first checkpoint instead (Note
   // [Shutdown checkpoints] in schedule/yield.cpp).
@@ -97,15 +100,12 @@ void notify_shutdown() {
     my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
   } else if (self->on_reserve && !self->bound && !self->is_main) [[unlikely]] {
     // No stack could be had: end before running (Note [Running out of
-    // stacks] in storage/stack.cpp).  The reserve stack is fresh: room
-    // for the one line that says so.
-    rt.arena.warn_once();
+    // stacks] in storage/stack.cpp).
     Capability* cap = my_task()->cap;
     cap->threads_unstarted.add();
     cap->threads_died.add();
     rt.fates.died(self->id);
   } else {
-    if (self->on_reserve) [[unlikely]] rt.arena.warn_once();  // a bound thread, run whole on one
     bool died = true;
     bool killed = false;
     try {
@@ -147,7 +147,6 @@ void* reserve_stack(Thread* t) {
         "capstan: out of memory for green-thread stacks, and every reserve stack is in use "
         "by a thread without one; cannot run the next thread\n";
     [[maybe_unused]] auto n = ::write(2, kMsg, sizeof kMsg - 1);
-    (void)t;
     std::abort();
   }
   t->on_reserve = true;

@@ -118,7 +118,7 @@ class StackArena {
   bool keep_memory_ = false;   // set by keep_memory, cleared by release_all (guarded by mu_)
   std::vector<void*> reserve_; // set aside by prime() (guarded by mu_)
   std::uint64_t mappings_ = 0, guarded_ = 0, carved_ = 0;
-  std::atomic<std::uint64_t> map_failures_{0};  // written under mu_, read by statistics
+  std::atomic<std::uint64_t> map_failures_{0};  // written under mu_, read by map_failures() without it
   std::atomic<std::int64_t> exhausted_at_{0};   // when a mapping last failed, 0 since a stack came back (written under mu_, read as a hint)
   bool warned_ = false;        // the out-of-memory line was printed (guarded by mu_)
   bool no_process_madvise_ = false;  // process_madvise refused once this run (guarded by mu_)
