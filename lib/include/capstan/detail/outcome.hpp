@@ -7,7 +7,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <optional>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -15,47 +15,79 @@ namespace capstan::detail {
 
 // outcome<R> holds what calling an F with invoke_result_t<F&> == R gave:
 // nothing yet, a value (void: just "returned"; a reference: the referent's
-// address), or an exception.
+// address), or an exception.  The value and the exception share a union
+// with a one-byte tag: a spark keeps one per fine-grained task and reads
+// the tag alone on its fast path (Note [A spark's fast path] in
+// capstan/spark.hpp).
 template <class R>
 class outcome {
   using stored = std::conditional_t<
       std::is_void_v<R>, bool,
-      std::conditional_t<std::is_reference_v<R>, std::remove_reference_t<R>*, R>>;
+      std::conditional_t<std::is_reference_v<R>, std::remove_reference_t<R>*,
+                         std::remove_cv_t<R>>>;
 
  public:
+  outcome() noexcept {}
+  outcome(const outcome&) = delete;
+  outcome& operator=(const outcome&) = delete;
+  ~outcome() {
+    if constexpr (!std::is_trivially_destructible_v<stored>) {
+      if (has_ == kValue) value_.~stored();
+    }
+    if (has_ == kError) error_.~exception_ptr();
+  }
+
   // capture calls f and keeps its result or its exception; never throws.
+  // Returns whether it kept a value that needs no destructor call (the
+  // outcome may then be left undestroyed).  Call it once.
   template <class F>
-  void capture(F& f) noexcept {
+  bool capture(F& f) noexcept {
     try {
       if constexpr (std::is_void_v<R>) {
         std::invoke(f);
-        value_.emplace(true);
+        ::new (static_cast<void*>(&value_)) stored(true);
       } else if constexpr (std::is_reference_v<R>) {
-        value_.emplace(std::addressof(static_cast<R>(std::invoke(f))));
+        ::new (static_cast<void*>(&value_))
+            stored(std::addressof(static_cast<R>(std::invoke(f))));
       } else {
-        value_.emplace(std::invoke(f));
+        ::new (static_cast<void*>(&value_)) stored(std::invoke(f));
       }
+      has_ = kValue;
+      return std::is_trivially_destructible_v<stored>;
     } catch (...) {
-      error_ = std::current_exception();
+      ::new (static_cast<void*>(&error_)) std::exception_ptr(std::current_exception());
+      has_ = kError;
+      return false;
     }
   }
 
-  // failed tells whether f threw.
-  bool failed() const noexcept { return error_ != nullptr; }
+  bool has_value() const noexcept { return has_ == kValue; }
+  // failed tells whether f threw; error is what it threw.
+  bool failed() const noexcept { return has_ == kError; }
+  const std::exception_ptr& error() const noexcept { return error_; }
 
-  // get returns f's result (moved out) or rethrows its exception; once.
+  // get returns f's result (moved out) or rethrows its exception.
   R get() {
-    if (error_) std::rethrow_exception(error_);
+    if (has_ == kError) std::rethrow_exception(error_);
+    return value();
+  }
+
+  // value returns f's result (moved out); has_value() must hold.
+  R value() {
     if constexpr (std::is_reference_v<R>) {
-      return static_cast<R>(**value_);
+      return static_cast<R>(*value_);
     } else if constexpr (!std::is_void_v<R>) {
-      return std::move(*value_);
+      return std::move(value_);
     }
   }
 
  private:
-  std::exception_ptr error_;
-  std::optional<stored> value_;
+  enum : unsigned char { kNothing, kValue, kError };
+  union {
+    stored value_;
+    std::exception_ptr error_;
+  };
+  unsigned char has_ = kNothing;
 };
 
 }  // namespace capstan::detail
