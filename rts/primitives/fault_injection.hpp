@@ -6,7 +6,8 @@
 // more attempts succeed, fails the next one, and disarms itself.  Only
 // tests set them (tests/rts/runtime/start_failure_test.cpp,
 // tests/rts/foreign/in_call_failure_test.cpp, tests/rts/task/start_test.cpp,
-// tests/rts/storage/stack_exhaustion_test.cpp);
+// tests/rts/storage/stack_exhaustion_test.cpp,
+// tests/rts/task/spare_start_test.cpp);
 // in a normal run every check
 // is one relaxed load of -1, on a path that is already slow (starting an
 // OS thread, making an in-call's thread).
@@ -26,6 +27,9 @@ inline std::atomic<int> fail_narrowed_start{-1};
 // ENOMEM, as when the address space or memory has run out (Note [Running
 // out of stacks] in storage/stack.cpp).
 inline std::atomic<bool> fail_stack_maps{false};
+// Not a countdown: while set, every start_os_thread fails with EAGAIN, as
+// under a thread limit (Note [No OS thread for a spare] in task/handover.cpp).
+inline std::atomic<bool> refuse_os_threads{false};
 
 // should_fail counts one attempt against `knob`: true if it must fail.
 inline bool should_fail(std::atomic<int>& knob) noexcept {

@@ -92,6 +92,9 @@ struct Runtime {
   SharedCounter tasks_created;
   SharedCounter incall_threads_created;          // not counted by any capability
   SharedCounter incalls_queued;                  // in-calls that waited for a hand-over (foreign/in_call.cpp)
+  // Note [No OS thread for a spare] in task/handover.cpp
+  SharedCounter spare_starts_refused;
+  std::atomic<bool> spare_refusal_reported{false};  // [atomic] stderr told once per run
   std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
   Fates fates;                                   // internally synchronised (thread/fates.hpp)
   long main_tid = 0;                             // [start] OS thread id of run()'s caller

@@ -78,6 +78,7 @@ runtime_statistics snapshot_statistics() {
   s.deadlock_checks_skipped = rt.deadlock_stood_down.get();
   s.threads_created += s.incall_threads;
   s.tasks_created = rt.tasks_created.get();
+  s.spare_starts_refused = rt.spare_starts_refused.get();
   s.os_threads = rt.os_threads.load(std::memory_order_relaxed);
   s.live_threads = s.threads_created - s.threads_finished;
   sample_peaks();

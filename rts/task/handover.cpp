@@ -33,7 +33,10 @@
 // (give_capability_to_spare) or - a returning safe call - runs the work itself.
 // Work never reaches a free capability otherwise: its run queue and spark
 // pool are checked empty before release, and only the holder fills them.
-// So work sent to a capability is never stranded.
+// So work sent to a capability is never stranded.  The two releases that
+// leave work queued - a safe call's (Note [Deferred hand-off]) and a
+// spare the OS refused (Note [No OS thread for a spare]) - are watched by
+// the ticker, which hands the work to a spare.
 //
 // give_capability_to_task() writes given_cap/given_thread, then `given` with release; the
 // receiver waits in wait_for_capability for `given` with acquire, parking
@@ -48,8 +51,10 @@
 // Checked by models/capability_handover.pml (docs/models.md).
 #include "task/handover.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 
 #include "capstan/spark.hpp"
@@ -130,25 +135,71 @@ Task* pop_spare(Capability* cap) noexcept {
 
 }  // namespace
 
-void give_capability_to_spare(Capability* cap) noexcept {
-  Task* spare = pop_spare(cap);
-  if (!spare) {
-    try {
-      spare = new_task(TaskKind::worker);
-      spare->last_cap = cap;
-      // The new thread's wait_for_capability finds `given` already set.
-      give_capability_to_task(spare, cap, nullptr);
-      start_os_thread(spare, rt.scheduler_loop);
-      return;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr,
-                   "capstan: cannot start an OS thread to run capability %u while its Task is "
-                   "in a safe call: %s\n",
-                   cap->no, e.what());
-      std::abort();
-    }
+// Note [No OS thread for a spare]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A spare Task is started when work waits behind a safe call, a bound or
+// in-call Task, and no spare is asleep.  The OS may refuse the thread
+// (RLIMIT_NPROC, a cgroup's pids.max, no memory for its stack).  Aborting
+// would lose every thread of the program, and the work cannot run here:
+// the giver is about to block in the OS, or is the ticker.  So the
+// capability is released to `free` with its work still queued and counted
+// as one more deferred call, and the ticker watches it as it watches a
+// safe call that blocks (Note [Deferred hand-off] in foreign/safe_call.cpp):
+// every other poll (about every 100 us) while the capability stays free with
+// work, it grabs the capability and tries a spare again.  Meanwhile a
+// returning safe call, a bound Task or a sender's notify may take the
+// capability back with the usual CAS, and does the work itself.  A free
+// capability with queued work is not resting, so deadlock detection stays
+// quiet.  The first refusal of a run is reported on stderr;
+// statistics().spare_starts_refused counts them all.  The cost is latency
+// only while the OS refuses threads; nothing is lost, and the run goes on
+// at full strength once it gives them again.
+namespace {
+
+void report_refused_spare(Capability* cap, const char* why) noexcept {
+  rt.spare_starts_refused.add();
+  if (rt.spare_refusal_reported.exchange(true, std::memory_order_relaxed)) return;
+  // snprintf + write, not fprintf: this may run on a green thread's stack,
+  // and an unbuffered stderr would put an 8 KiB buffer on it.
+  char msg[320];
+  int n = std::snprintf(msg, sizeof msg,
+                        "capstan: the OS refused a thread to run capability %u's waiting work "
+                        "(%s); the work waits, and the runtime retries about every 100 us\n",
+                        cap->no, why);
+  if (n > 0) {
+    ssize_t w = ::write(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
+    (void)w;
   }
-  give_capability_to_task(spare, cap, nullptr);
+}
+
+}  // namespace
+
+void give_capability_to_spare(Capability* cap) noexcept {
+  if (Task* spare = pop_spare(cap)) {
+    give_capability_to_task(spare, cap, nullptr);
+    return;
+  }
+  try {
+    Task* spare = new_task(TaskKind::worker);
+    spare->last_cap = cap;
+    // The new thread's wait_for_capability finds `given` already set.  If
+    // the start fails the Task is retired unstarted, and reset_for_reuse
+    // clears what this give wrote.
+    give_capability_to_task(spare, cap, nullptr);
+    start_os_thread(spare, rt.scheduler_loop);
+    return;
+  } catch (const std::exception& e) {
+    report_refused_spare(cap, e.what());
+  } catch (...) {
+    report_refused_spare(cap, "unknown error");
+  }
+  // See the Note.  We hold cap, so we may write deferred_calls; running_task
+  // keeps naming the retired Task, which is never freed before the run
+  // ends (a stale unpark of it is harmless).
+  cap->deferred_calls.store(cap->deferred_calls.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_relaxed);
+  cap->hold.store(Hold::free, std::memory_order_seq_cst);
+  rt.ticker.watch_deferred_calls();
 }
 
 void release_capability(Task* task) noexcept {

@@ -192,7 +192,8 @@ int create_detached(Start* st, const cpu_set_t* narrow) {
 void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere) {
   rt.os_threads.fetch_add(1, std::memory_order_relaxed);
   try {
-    if (fault_injection::should_fail(fault_injection::fail_os_thread_start))
+    if (fault_injection::should_fail(fault_injection::fail_os_thread_start) ||
+        fault_injection::refuse_os_threads.load(std::memory_order_relaxed))
       throw std::system_error(EAGAIN, std::generic_category(),
                               "capstan: cannot start an OS thread (fault injected by a test)");
     auto st = std::make_unique<Start>(Start{task, body, false, {}});

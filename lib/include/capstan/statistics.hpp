@@ -52,6 +52,7 @@ struct runtime_statistics {
   std::uint64_t incall_threads = 0;       // threads started by call_in (in threads_created)
   std::uint64_t incalls_queued = 0;       // call_in calls that found no capability free and waited to be handed one
   std::uint64_t tasks_created = 0;        // Tasks (OS threads) made: workers, spares, fork_os, in-call
+  std::uint64_t spare_starts_refused = 0; // spare OS threads the OS would not start (the work waited and was retried)
   std::uint64_t os_threads = 0;           // runtime-made OS threads running now (not main, ticker)
   spark_statistics sparks;
   std::uint64_t live_threads = 0;

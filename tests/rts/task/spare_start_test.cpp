@@ -1,0 +1,141 @@
+// spare_start_test.cpp - a spare Task the OS will not start: the work that
+// waited for it stays queued, the ticker retries, and the program goes on
+// (Note [No OS thread for a spare] in rts/task/handover.cpp).  The refusals
+// are injected through primitives/fault_injection.hpp, as a thread limit
+// would make them.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "capstan_test.hpp"
+#include "primitives/fault_injection.hpp"
+
+using namespace capstan;
+namespace fi = capstan::rts::fault_injection;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct KnobsOff {
+  ~KnobsOff() {
+    fi::fail_os_thread_start.store(-1);
+    fi::refuse_os_threads.store(false);
+  }
+};
+
+std::size_t count_of(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// At -N1 the only way a forked thread can run while main blocks in a safe
+// call is a spare Task: main's safe call waits for the thread's flag.
+TEST(SpareStart, ARefusedSpareLeavesTheWorkQueuedAndRetries) {
+  KnobsOff off;
+  std::atomic<bool> ran{false};
+  bool seen_in_call = false;
+  ::testing::internal::CaptureStderr();
+  int r = capstan::run(capstan_test::opts(1), [&] {
+    fork_io([&] { ran.store(true); });
+    fi::fail_os_thread_start.store(0);  // the next start - the spare's - fails
+    seen_in_call = safe_call([&] {
+      return capstan_test::os_wait_until([&] { return ran.load(); });
+    });
+    return 0;
+  });
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, 0);
+  EXPECT_TRUE(seen_in_call) << "the forked thread never ran while main was in its safe call";
+  EXPECT_EQ(fi::fail_os_thread_start.load(), -1) << "no spare start was attempted";
+  auto s = statistics();
+  EXPECT_EQ(s.spare_starts_refused, 1u);
+  EXPECT_EQ(s.threads_finished, s.threads_created);
+  EXPECT_EQ(count_of(err, "the OS refused a thread to run capability 0"), 1u) << err;
+  EXPECT_NE(s.summary().find("refused to start"), std::string::npos);
+}
+
+// While the OS keeps refusing, the work waits (it cannot run: -N1, main in
+// the OS) and the start is tried again and again; the report is printed
+// once.  Once threads can be had, the work runs.
+TEST(SpareStart, WorkWaitsWhileTheOsKeepsRefusing) {
+  KnobsOff off;
+  std::atomic<bool> ran{false};
+  bool ran_while_refused = true, ran_after = false;
+  ::testing::internal::CaptureStderr();
+  int r = capstan::run(capstan_test::opts(1), [&] {
+    fork_io([&] { ran.store(true); });
+    fi::refuse_os_threads.store(true);
+    safe_call([&] {
+      std::this_thread::sleep_for(30ms);
+      ran_while_refused = ran.load();
+      fi::refuse_os_threads.store(false);
+      ran_after = capstan_test::os_wait_until([&] { return ran.load(); });
+    });
+    return 0;
+  });
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, 0);
+  EXPECT_FALSE(ran_while_refused) << "with no spare and main in the OS nothing can run the thread";
+  EXPECT_TRUE(ran_after) << "the work was not picked up once threads could be started again";
+  auto s = statistics();
+  // 30 ms at a retry every other 50 us poll: a few hundred on a quiet
+  // machine; at least two says it retried at all.
+  EXPECT_GE(s.spare_starts_refused, 2u);
+  EXPECT_EQ(s.threads_finished, s.threads_created);
+  EXPECT_EQ(count_of(err, "the OS refused a thread"), 1u) << err;
+}
+
+// Without any spare, the work waits for main's return and main runs it:
+// the capability went back to `free` and the returning call took it.
+TEST(SpareStart, AReturningCallRunsTheWorkItsSpareCouldNotStart) {
+  KnobsOff off;
+  std::atomic<int> ran{0};
+  ::testing::internal::CaptureStderr();
+  int r = capstan::run(capstan_test::opts(1), [&] {
+    for (int i = 0; i < 100; ++i) fork_io([&] { ran.fetch_add(1); });
+    fi::refuse_os_threads.store(true);
+    safe_call([] { std::this_thread::sleep_for(5ms); });
+    int before = ran.load();
+    // Back on the capability: the queued threads run as main waits.
+    bool all = capstan_test::green_wait_until([&] { return ran.load() == 100; });
+    fi::refuse_os_threads.store(false);
+    return before == 0 && all ? 0 : 1;
+  });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, 0);
+  EXPECT_GE(statistics().spare_starts_refused, 1u);
+}
+
+// At -N2 both capabilities' holders block in safe calls while threads wait
+// on each; the refusals last 20 ms.  Every thread runs and every call
+// returns.
+TEST(SpareStart, EveryCapabilityRecoversAtMinusN2) {
+  KnobsOff off;
+  std::atomic<int> ran{0};
+  ::testing::internal::CaptureStderr();
+  int r = capstan::run(capstan_test::opts(2), [&] {
+    mvar<int> done;
+    fi::refuse_os_threads.store(true);
+    for (unsigned c = 0; c < 2; ++c) {
+      fork_on(c, [&, c] {
+        for (int i = 0; i < 50; ++i) fork_on(c, [&] { ran.fetch_add(1); });
+        safe_call([&] {
+          std::this_thread::sleep_for(20ms);
+          fi::refuse_os_threads.store(false);
+          capstan_test::os_wait_until([&] { return ran.load() == 100; });
+        });
+        done.put(1);
+      });
+    }
+    return done.take() + done.take() == 2 ? 0 : 1;
+  });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, 0);
+  EXPECT_EQ(ran.load(), 100);
+  auto s = statistics();
+  EXPECT_EQ(s.threads_finished, s.threads_created);
+}
+
+}  // namespace
