@@ -276,6 +276,10 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   for (Capability* c : rt.caps) spark_pool_release(c);  // leftovers count as GC'd
   auto final_stats = snapshot_statistics();
   final_stats.threads_abandoned = abandoned;
+  // Given back to a maker that never forced or dropped it: abandoned with
+  // its maker (give_back in sparks/sparks.cpp).
+  if (auto left = rt.sparks_given_back_unsettled.load(std::memory_order_relaxed); left > 0)
+    final_stats.sparks.gcd += static_cast<std::uint64_t>(left);
   {
     std::lock_guard<std::mutex> g(process.last_stats_mu);
     process.last_stats = final_stats;

@@ -98,6 +98,11 @@ struct Runtime {
   std::atomic<std::uint32_t> next_bound_cap{0};  // [atomic] fork_os / call_in round robin
   Fates fates;                                   // internally synchronised (thread/fates.hpp)
   long main_tid = 0;                             // [start] OS thread id of run()'s caller
+  // Sparks given back to their makers (give_back in sparks/sparks.cpp) and
+  // not yet forced or dropped; what is left at the end counts GC'd (its
+  // maker was abandoned).  [atomic, relaxed: a count read after every
+  // OS thread has left]
+  std::atomic<std::int64_t> sparks_given_back_unsettled{0};
   SharedCounter deadlocks_detected;              // exception/deadlock.cpp
   SharedCounter deadlock_stood_down;
   Event* shutdown_events = nullptr;              // [owner: the main thread] Note [Shutdown]

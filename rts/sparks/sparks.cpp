@@ -155,8 +155,12 @@ void wait_stolen(spark_base* s, bool interruptible) {
 // served, and looks at the state again (spark_force_slow).  The same
 // hand-over as complete(): the exchange is our last touch of the spark
 // unless the maker waits.  Note [Running out of stacks] in
-// storage/stack.cpp: a spark thread that never got a stack.
+// storage/stack.cpp: a spark thread that never got a stack.  Counted as
+// unsettled until its maker forces or drops it; a maker abandoned at
+// shutdown never does, and run_main counts what is left GC'd.  (Counted
+// before the exchange, which may let the maker settle it at once.)
 void give_back(spark_base* s) {
+  rt.sparks_given_back_unsettled.fetch_add(1, std::memory_order_relaxed);
   unsigned prev = s->state.exchange(spark_base::unpooled, std::memory_order_acq_rel);
   if (prev != kStolenWaiting) return;
   spark_gate* g = s->gate;
@@ -269,7 +273,10 @@ void spark_force_slow(spark_base* s) {
     }
     Task* task = require_green_thread("capstan::spark::get");
     if (st == spark_base::unpooled) {  // overflowed (never in a pool), or given back
-      if (s->pool) bump(task->cap->sparks.fizzled);  // given back: it was created
+      if (s->pool) {  // given back: it was created
+        bump(task->cap->sparks.fizzled);
+        rt.sparks_given_back_unsettled.fetch_sub(1, std::memory_order_relaxed);
+      }
       s->state.store(spark_base::taken, std::memory_order_relaxed);
       s->run(s);
       s->state.store(spark_base::done, std::memory_order_relaxed);
@@ -297,8 +304,13 @@ void spark_discard_slow(spark_base* s) noexcept {
     if (st == spark_base::done) return;
     if (st == spark_base::unpooled) {
       if (s->pool) {  // given back (give_back), never run: it was created
+        // With the schedulers gone (shutdown's reclaiming) it stays
+        // unsettled, and run_main counts it GC'd.
         Task* task = my_task();
-        if (task && task->cap) bump(task->cap->sparks.gcd);
+        if (task && task->cap) {
+          bump(task->cap->sparks.gcd);
+          rt.sparks_given_back_unsettled.fetch_sub(1, std::memory_order_relaxed);
+        }
       }
       return;
     }

@@ -220,6 +220,31 @@ TEST(SparkPoolOwner, ASparkThreadThatNeverRanGivesItsSparksBack) {
   expect_sparks(/*created=*/3, /*converted=*/0, /*fizzled=*/2, /*gcd=*/1);
 }
 
+// A spark given back to a maker that never forces nor drops it - its
+// frame abandoned, as a maker still blocked after shutdown's grace period
+// is - still ends in a category: GC'd, counted when the run ends.  The
+// spark is built in storage that is never destroyed, which is what an
+// abandoned stack is to it.
+TEST(SparkPoolOwner, AGivenBackSparkThatIsNeverSettledCountsGcd) {
+  std::atomic<int> runs{0};
+  capstan::run(one_cap(), [&] {
+    Capability* cap = rt.caps[0];
+    auto make = [&] { return capstan::par([&] { return runs.fetch_add(1); }); };
+    using S = decltype(make());
+    alignas(S) static unsigned char storage[sizeof(S)];
+    S* s = new (storage) S(make());  // never destroyed
+    spark_base* first = capstan::rts::find_spark(cap);  // marked stolen
+    ASSERT_EQ(addr(first), addr(s));
+    spark_base* closure = first;
+    capstan::rts::spark_thread_ops.destroy(&closure);  // a spark thread that never ran
+    EXPECT_EQ(first->state.load(), spark_base::unpooled) << "the spark was not given back";
+    auto live = capstan::statistics().sparks;
+    EXPECT_EQ(live.gcd + live.fizzled + live.converted, 0u) << "settled before its maker did";
+  });
+  EXPECT_EQ(runs.load(), 0);
+  expect_sparks(/*created=*/1, /*converted=*/0, /*fizzled=*/0, /*gcd=*/1);
+}
+
 // --- the steal protocol, on hand-made capabilities ----------------------------
 
 // Two capabilities in rt (no runtime running): caps[0] is the victim whose
