@@ -98,11 +98,17 @@ void StackArena::configure(std::size_t usable_size) {
 //    stack at once) does the runtime stop, with a message: there is no
 //    stack left to run anything on.
 //  * Each capability's pool is its own (owner-only): a capability whose
-//    pool is empty asks the arena, whose warm and released stacks it does
-//    see, not the other capabilities' pools.  So a thread may end
-//    unstarted while another capability pools free stacks (up to the
-//    watermark, 256 by default, while idle; kBusyFactor x that plus 16
-//    while busy): exhaustion is met a little early, never late.
+//    pool is empty asks the arena, and sees its warm and released stacks,
+//    not the other capabilities' pools (up to the watermark, 256 by
+//    default, while idle; kBusyFactor x that plus 16 while busy).  So while
+//    the arena is exhausted (the hint above), a pool keeps nothing: the
+//    next stack returned to it - a thread finishing there - and an idle
+//    pass of its capability send all it holds to the arena's warm list
+//    (StackPool::share_all), where any capability's next allocation finds
+//    them.  Returning stacks clears the hint, so pools go back to keeping
+//    theirs until a mapping fails again.  A capability that finishes no
+//    thread and never idles keeps its pool: exhaustion can still be met
+//    a little early, never late.
 // Tested by tests/rts/storage/stack_exhaustion_test.cpp, with the
 // fail_stack_maps fault knob standing in for the kernel's ENOMEM.
 // Note [Installing a slab's guards at once]
@@ -403,6 +409,12 @@ bool StackArena::is_guard_page(const void* addr, const void* stack_lo) const {
 // pauses between bursts must not pay a shoot-down per stack).  Memory kept
 // beyond the watermark is bounded (kBusyFactor x watermark per capability
 // plus kWarmMax), and returned within a few ticks of the runtime going idle.
+void StackPool::share_all() {
+  if (free_.empty()) return;  // parking nothing would clear the hint
+  arena_->park_warm(free_.data(), free_.size());
+  free_.clear();
+}
+
 void StackPool::trim(bool busy) {
   // Keep the watermark's worth of the most recently used (top of the LIFO),
   // give the coldest back to the OS in one batch.

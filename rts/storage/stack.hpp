@@ -148,20 +148,26 @@ class StackPool {
   }
   // See Note [Trimming when idle] in stack.cpp.
   static constexpr std::size_t kBusyFactor = 8;
+  // While the arena is out of memory, every stack a pool holds goes to the
+  // arena, where any capability can take it (Note [Running out of stacks]
+  // in stack.cpp: sharing pools).
   void put(void* s) {
     free_.push_back(s);
-    if (free_.size() > kBusyFactor * watermark_ + 16) [[unlikely]] trim(true);
+    if (arena_->maybe_exhausted()) [[unlikely]] share_all();
+    else if (free_.size() > kBusyFactor * watermark_ + 16) [[unlikely]] trim(true);
   }
   // trim_idle moves the stacks beyond the watermark to the arena's warm
   // list (released when the whole runtime is idle); called when the
-  // capability has nothing to run.
+  // capability has nothing to run.  Out of memory, it moves them all.
   void trim_idle() {
-    if (free_.size() > watermark_) trim(true);
+    if (arena_->maybe_exhausted()) [[unlikely]] share_all();
+    else if (free_.size() > watermark_) trim(true);
   }
   std::size_t pooled() const { return free_.size(); }
 
  private:
   void trim(bool busy);
+  void share_all();
   StackArena* arena_ = nullptr;
   std::size_t watermark_ = 0;
   std::vector<void*> free_;

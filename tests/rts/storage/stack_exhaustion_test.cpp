@@ -67,6 +67,52 @@ TEST(StackArena, AFailedMappingGivesNoStackAndTheReserveIsHeldApart) {
   arena.release_all();
 }
 
+// Two capabilities' pools on one arena: while the arena is out of memory,
+// a stack returned to one pool, or an idle pass of it, sends everything
+// that pool holds to the arena, where the other pool's next get() finds it.
+TEST(StackPool, WhileTheArenaIsExhaustedPoolsShareTheirStacks) {
+  rts::StackArena arena;
+  arena.configure(64 * 1024);
+  arena.prime(2);
+  rts::StackPool a, b;
+  a.attach(&arena, /*watermark=*/64);
+  b.attach(&arena, /*watermark=*/64);
+  std::vector<void*> held;
+  {
+    FailingMaps failing;
+    // b takes the first slab's stacks, then keeps 40 of them pooled.
+    while (void* s = b.get()) held.push_back(s);
+    ASSERT_GE(held.size(), 41u);
+    EXPECT_TRUE(arena.maybe_exhausted());
+    for (int i = 0; i < 40; ++i) {
+      // The first put shares (the arena is exhausted), which clears the
+      // hint; later ones are pooled as usual.
+      b.put(held.back());
+      held.pop_back();
+    }
+    EXPECT_EQ(b.pooled(), 39u) << "only the first returned stack should have been shared";
+    EXPECT_NE(a.get(), nullptr) << "the shared stack did not reach the other pool";
+    // a's next get() fails again: exhausted once more, while b pools 39.
+    EXPECT_EQ(a.get(), nullptr);
+    EXPECT_TRUE(arena.maybe_exhausted());
+    // b falls idle: all 39 go to the arena (above the watermark or not).
+    b.trim_idle();
+    EXPECT_EQ(b.pooled(), 0u);
+    std::size_t got = 0;
+    while (void* s = a.get()) {
+      held.push_back(s);
+      ++got;
+    }
+    EXPECT_EQ(got, 39u) << "a should have found every stack b held";
+    // Nothing pooled: an idle pass must not clear the hint by parking nothing.
+    EXPECT_TRUE(arena.maybe_exhausted());
+    b.trim_idle();
+    EXPECT_TRUE(arena.maybe_exhausted());
+  }
+  for (void* s : held) a.put(s);
+  arena.release_all();
+}
+
 TEST(StackArena, RunFailsCleanlyWhenNotEvenTheFirstStacksCanBeMapped) {
   FailingMaps failing;
   try {
