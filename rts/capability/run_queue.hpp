@@ -51,6 +51,22 @@ class RunQueue {
     std::size_t left;
     return pop_front(&left);
   }
+  // take_bound removes and returns the first thread bound to a Task other
+  // than `except`, or null.  O(n): only for a capability no spare could
+  // take (Note [No OS thread for a spare] in task/handover.cpp).
+  Thread* take_bound(const Task* except) {
+    Owned g(*this);
+    Thread* prev = nullptr;
+    for (Thread* t = head_; t; prev = t, t = t->link) {
+      if (!t->bound_task || t->bound_task == except) continue;
+      if (prev) prev->link = t->link; else head_ = t->link;
+      if (tail_ == t) tail_ = prev;
+      t->link = nullptr;
+      size_.store(size_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+      return t;
+    }
+    return nullptr;
+  }
   // pop_front, also telling how many threads are left (one hand-shake
   // where pop_front, empty and size would be three: pick's hot path).
   Thread* pop_front(std::size_t* left) {

@@ -27,6 +27,8 @@ struct OwnerCounter {
 struct SharedCounter {
   std::atomic<std::uint64_t> v{0};
   void add(std::uint64_t n = 1) noexcept { v.fetch_add(n, std::memory_order_relaxed); }
+  // undo takes back one add of an event that turned out not to happen.
+  void undo(std::uint64_t n = 1) noexcept { v.fetch_sub(n, std::memory_order_relaxed); }
   std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 

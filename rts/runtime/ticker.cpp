@@ -111,9 +111,9 @@ bool Ticker::retake_deferred() {
     bool waiting = free_with_work(c);
     // The same deferred call as a poll ago: it has lasted at least a
     // poll, so it blocks; give the waiting work a spare Task.
-    if (waiting && d != 0 && d == seen_[c->no] && try_grab_capability(c)) {
-      c->safe_call_handoffs.add();
-      give_capability_to_spare(c);
+    if (waiting && d != 0 && d == seen_[c->no] && !rt.stop.load(std::memory_order_relaxed) &&
+        try_grab_capability(c)) {
+      if (give_capability_to_spare(c)) c->safe_call_handoffs.add();
       waiting = false;
     }
     seen_[c->no] = d;
@@ -185,7 +185,7 @@ void Ticker::loop() {
     // narrow race window of a safe call's release is picked up here.
     for (Capability* c : rt.caps)
       if (c->hold.load(std::memory_order_seq_cst) == Hold::free && c->inbox.nonempty_seq_cst() &&
-          try_grab_capability(c))
+          !rt.stop.load(std::memory_order_relaxed) && try_grab_capability(c))
         give_capability_to_spare(c);
     bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;
     if (expire) slice_ticks = 0;

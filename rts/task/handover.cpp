@@ -36,7 +36,7 @@
 // So work sent to a capability is never stranded.  The two releases that
 // leave work queued - a safe call's (Note [Deferred hand-off]) and a
 // spare the OS refused (Note [No OS thread for a spare]) - are watched by
-// the ticker, which hands the work to a spare.
+// the ticker, which hands the work on.
 //
 // give_capability_to_task() writes given_cap/given_thread, then `given` with release; the
 // receiver waits in wait_for_capability for `given` with acquire, parking
@@ -55,6 +55,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "capstan/spark.hpp"
@@ -138,27 +139,45 @@ Task* pop_spare(Capability* cap) noexcept {
 // Note [No OS thread for a spare]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A spare Task is started when work waits behind a safe call, a bound or
-// in-call Task, and no spare is asleep.  The OS may refuse the thread
-// (RLIMIT_NPROC, a cgroup's pids.max, no memory for its stack).  Aborting
-// would lose every thread of the program, and the work cannot run here:
-// the giver is about to block in the OS, or is the ticker.  So the
-// capability is released to `free` with its work still queued and counted
-// as one more deferred call, and the ticker watches it as it watches a
-// safe call that blocks (Note [Deferred hand-off] in foreign/safe_call.cpp):
-// every other poll (about every 100 us) while the capability stays free with
-// work, it grabs the capability and tries a spare again.  Meanwhile a
-// returning safe call, a bound Task or a sender's notify may take the
-// capability back with the usual CAS, and does the work itself.  A free
-// capability with queued work is not resting, so deadlock detection stays
-// quiet.  The first refusal of a run is reported on stderr;
-// statistics().spare_starts_refused counts them all.  The cost is latency
-// only while the OS refuses threads; nothing is lost, and the run goes on
-// at full strength once it gives them again.
+// in-call Task, or reaches a free capability, and no spare is asleep.  The
+// OS may refuse the thread (RLIMIT_NPROC, a cgroup's pids.max, no memory
+// for its stack).  Aborting would lose every thread of the program, and
+// the giver cannot run the work itself: it is about to block in the OS,
+// to wait for its own bound thread, or it is the ticker or a sender.  So:
+//  1. A Task that exists already can take the capability: the first
+//     runnable bound thread, in the inbox or the run queue, goes to its
+//     Task with the capability, as release_capability does (a returning
+//     bound safe call, an in-call, a woken fork_os thread; a bound Task
+//     runs unbound threads too, Note [Bound threads]).  Not the giver's
+//     own: it is about to leave, and would be handed the same work back.
+//  2. Otherwise the capability is released to `free` with its work
+//     queued, counted as one more deferred call, and the ticker watches it
+//     as it watches a safe call that blocks (Note [Deferred hand-off] in
+//     foreign/safe_call.cpp): every other poll (about every 100 us) while
+//     the capability stays free with work, it grabs the capability and
+//     comes back here - to a bound thread's Task if one has become
+//     runnable, else to a new try at a spare.
+//  3. The release is the releaser's half of the hand-shake of Note
+//     [Handing over a capability]: a push to the inbox that saw the
+//     capability held is looked at again, so a bound thread arriving
+//     meanwhile is not left to wait for the next poll.
+// A returning unbound safe call or an entering in-call takes the free
+// capability with the usual CAS and runs the work.  A free capability with
+// queued threads is not resting, so deadlock detection stays quiet.  Once
+// the runtime has stopped, nothing runs any more: the capability is
+// released, and no thread is started (run() is waiting for its OS threads).
+// The first refusal of a run is reported on stderr; statistics()
+// counts them all in spare_starts_refused.  The cost is latency while the
+// OS refuses threads; nothing is lost, and the run goes on at full
+// strength once it gives them again.  Tested by
+// tests/rts/task/spare_start_test.cpp (the refuse_os_threads knob).
 namespace {
 
 void report_refused_spare(Capability* cap, const char* why) noexcept {
   rt.spare_starts_refused.add();
   if (rt.spare_refusal_reported.exchange(true, std::memory_order_relaxed)) return;
+  static constexpr char kPrefix[] = "capstan: ";
+  if (std::strncmp(why, kPrefix, sizeof kPrefix - 1) == 0) why += sizeof kPrefix - 1;
   // snprintf + write, not fprintf: this may run on a green thread's stack,
   // and an unbuffered stderr would put an 8 KiB buffer on it.
   char msg[320];
@@ -172,12 +191,46 @@ void report_refused_spare(Capability* cap, const char* why) noexcept {
   }
 }
 
+// hand_to_bound gives cap, which we hold, to the Task of the first runnable
+// bound thread not bound to `giver`; false if there is none.
+bool hand_to_bound(Capability* cap, const Task* giver) noexcept {
+  drain_inbox(cap);
+  Thread* b = cap->run_queue.take_bound(giver);
+  if (!b) return false;
+  give_capability_to_task(b->bound_task, cap, b);  // Note [Bound threads]
+  return true;
+}
+
+// strand: steps 1-3 of the Note, for a capability no spare could take.
+void strand(Capability* cap) noexcept {
+  const Task* giver = my_task();  // null on the ticker and outside threads
+  for (int round = 0;; ++round) {
+    if (hand_to_bound(cap, giver)) return;
+    // We hold cap, so we may write deferred_calls.  running_task keeps
+    // naming the last Task given it (perhaps a retired, never-started one,
+    // which is never freed before the run ends: a stale unpark of it is
+    // harmless).
+    cap->deferred_calls.store(cap->deferred_calls.load(std::memory_order_relaxed) + 1,
+                              std::memory_order_relaxed);
+    cap->hold.store(Hold::free, std::memory_order_seq_cst);
+    // Step 3: a push that landed while we held it is looked at once more;
+    // after that the ticker's polls take over.
+    if (round == 1 || !cap->inbox.nonempty_seq_cst() || !try_grab_capability(cap)) break;
+  }
+  rt.ticker.watch_deferred_calls();
+}
+
 }  // namespace
 
-void give_capability_to_spare(Capability* cap) noexcept {
+bool give_capability_to_spare(Capability* cap) noexcept {
   if (Task* spare = pop_spare(cap)) {
     give_capability_to_task(spare, cap, nullptr);
-    return;
+    return true;
+  }
+  if (rt.stop.load(std::memory_order_acquire)) [[unlikely]] {
+    // See the Note: nothing runs after the stop, and no thread may start.
+    cap->hold.store(Hold::free, std::memory_order_seq_cst);
+    return false;
   }
   try {
     Task* spare = new_task(TaskKind::worker);
@@ -187,19 +240,14 @@ void give_capability_to_spare(Capability* cap) noexcept {
     // clears what this give wrote.
     give_capability_to_task(spare, cap, nullptr);
     start_os_thread(spare, rt.scheduler_loop);
-    return;
+    return true;
   } catch (const std::exception& e) {
     report_refused_spare(cap, e.what());
   } catch (...) {
     report_refused_spare(cap, "unknown error");
   }
-  // See the Note.  We hold cap, so we may write deferred_calls; running_task
-  // keeps naming the retired Task, which is never freed before the run
-  // ends (a stale unpark of it is harmless).
-  cap->deferred_calls.store(cap->deferred_calls.load(std::memory_order_relaxed) + 1,
-                            std::memory_order_relaxed);
-  cap->hold.store(Hold::free, std::memory_order_seq_cst);
-  rt.ticker.watch_deferred_calls();
+  strand(cap);
+  return false;
 }
 
 void release_capability(Task* task) noexcept {

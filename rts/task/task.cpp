@@ -218,7 +218,10 @@ void start_os_thread(Task* task, void (*body)(Task*), bool elsewhere) {
     st.release();  // the thread owns it now (and may have freed it)
     if (narrowed) task->creator_cpu.store(here, std::memory_order_relaxed);
   } catch (...) {
-    rt.os_threads.fetch_sub(1, std::memory_order_relaxed);
+    // As a thread that ends: run() may be waiting for this count to reach
+    // zero (a start racing with the stop).
+    if (rt.os_threads.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake(&rt.os_threads, 1);
+    rt.tasks_created.undo();  // it never became an OS thread
     retire(task);
     throw;
   }

@@ -108,9 +108,12 @@ TEST(SpareStart, AReturningCallRunsTheWorkItsSpareCouldNotStart) {
   EXPECT_GE(statistics().spare_starts_refused, 1u);
 }
 
-// At -N2 both capabilities' holders block in safe calls while threads wait
-// on each; the refusals last 20 ms.  Every thread runs and every call
-// returns.
+// At -N2, with the OS refusing for 20 ms, both capabilities have work
+// waiting and nobody to run it: on capability 1 a thread blocks in a safe
+// call; on capability 0 (main's bound Task) the thread that wants a safe
+// call must leave main's OS thread for a spare first (Note [Unbound
+// threads on a bound Task]), which is refused too.  Whichever call runs
+// first lifts the refusal; every thread runs and every call returns.
 TEST(SpareStart, EveryCapabilityRecoversAtMinusN2) {
   KnobsOff off;
   std::atomic<int> ran{0};
@@ -136,6 +139,40 @@ TEST(SpareStart, EveryCapabilityRecoversAtMinusN2) {
   EXPECT_EQ(ran.load(), 100);
   auto s = statistics();
   EXPECT_EQ(s.threads_finished, s.threads_created);
+  EXPECT_GE(s.spare_starts_refused, 1u);
+}
+
+// A bound thread (main) makes many short safe calls while work waits and
+// the OS refuses every spare.  The ticker keeps grabbing the released
+// capability to retry; a call that returns while the ticker holds it
+// queues main and waits to be given the capability - which the refused
+// retry must do itself (no spare will ever come while the OS refuses).
+// Lost, main would wait for ever: the test would hang.
+TEST(SpareStart, ABoundCallerReturnsWhileEveryRetryIsRefused) {
+  KnobsOff off;
+  std::atomic<int> ran{0};
+  int calls = 0;
+  ::testing::internal::CaptureStderr();
+  int r = capstan::run(capstan_test::opts(1), [&] {
+    for (int i = 0; i < 20; ++i) fork_io([&] { ran.fetch_add(1); });
+    fi::refuse_os_threads.store(true);
+    auto end = std::chrono::steady_clock::now() + 300ms;
+    while (std::chrono::steady_clock::now() < end) {
+      // Long enough for the ticker's retake (one to two 50 us polls).
+      safe_call([] { std::this_thread::sleep_for(100us); });
+      ++calls;
+    }
+    int before = ran.load();
+    fi::refuse_os_threads.store(false);
+    bool all = capstan_test::green_wait_until([&] { return ran.load() == 20; });
+    return before == 0 && all ? 0 : 1;
+  });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, 0) << "the queued threads ran while main kept its capability, or never";
+  EXPECT_GE(calls, 10);
+  auto s = statistics();
+  EXPECT_GE(s.spare_starts_refused, 2u);
+  EXPECT_EQ(s.tasks_created, 1u) << "a refused start was counted as a Task";
 }
 
 }  // namespace
