@@ -24,7 +24,11 @@
  *  - a sender on another capability pushes thread W to C's inbox and
  *    calls notify_capability(C);
  *  - spare Tasks: task 1 is parked as C's spare at the start; more are
- *    started (run) when give_capability_to_spare finds none;
+ *    started (run) when give_capability_to_spare finds none - or the OS
+ *    refuses the start, at most twice in a run (Note [No OS thread for a
+ *    spare]): then the giver hands C to a returning bound M's Task, or
+ *    releases C with the work queued as a deferred call and makes the
+ *    ticker watch it, re-checking the inbox once after the release;
  *  - the ticker: every tick it claims a free capability whose inbox is
  *    non-empty and gives it to a spare; while watching deferred calls
  *    (Ticker::watch_deferred_calls) it claims a capability released by a
@@ -60,7 +64,8 @@
  * Properties.
  *  1. No lost wake-up: in every interleaving W runs, M finishes, every
  *     Task leaves and nothing is stuck (invalid end states, and the
- *     assertion at timeout).
+ *     assertion at timeout), provided the OS gives threads in the end
+ *     (init's first choice: it refuses at most two starts).
  *  2. The ticker is needed only for Note [Lazy release] and Note
  *     [Deferred hand-off]: when it claims C, either C's latest release was
  *     the lazy or a deferred one, or some party that will claim C itself is
@@ -73,6 +78,9 @@
  *     ticker between stopping and its re-check (the hand-shake next to
  *     Ticker::watch_deferred_calls in rts/runtime/ticker.cpp).  The model
  *     leaves out the once-a-tick backstop that would repair a miss.
+ *  4. While the OS refuses every start for good (init's other choice), a
+ *     returning bound M still gets C back: only W may be left unrun, when
+ *     no Task is left to run it (A's call waits for it, or A has left).
  *
  * Broken variants:
  *   -DBROKEN         release_capability without its re-check of the inbox
@@ -87,6 +95,13 @@
  *   -DBROKEN_WATCH   the ticker stops watching without re-checking the
  *                    capabilities: a deferred call released just before is
  *                    left unwatched (property 3).
+ *   -DBROKEN_STRAND  a refused spare start releases C without making the
+ *                    ticker watch it: the queued work is left unwatched
+ *                    (property 3).
+ *   -DBROKEN_BOUND   a refused spare start never hands C to a returning
+ *                    bound M's Task: while the OS refuses for good, M
+ *                    waits for ever although its Task could run it
+ *                    (property 4).
  */
 
 #define HELD     0
@@ -117,6 +132,16 @@ bool deferred;                 /* ghost: ... a deferred one (deferred_calls)  */
 bool watching;                 /* Ticker::watching_ (seq_cst)               */
 bool deferring;                /* ghost: caller between release and watch   */
 bool unwatching;               /* ghost: ticker between stop and re-check   */
+byte refusals;                 /* spare starts the OS may still refuse      */
+bool os_never_relents;         /* refusals is unbounded (init's choice)     */
+byte retries = 3;              /* ghost: the ticker's grabs while the OS
+                                  never relents and no other party moves
+                                  (a push or a Task becoming a spare gives
+                                  it three more): unbounded, the ticker
+                                  could retry a stuck capability for ever,
+                                  a livelock that a safety search does not
+                                  see; bounded, it stops, the run times out,
+                                  and the Checker looks */
 
 #define inbox_nonempty (in_W || in_M)
 #define work_waits (rq_W || rq_M || inbox_nonempty)
@@ -164,8 +189,72 @@ inline give_to_task(me, to) {
   :: else -> unpark(to)
   fi
 }
-/* give_capability_to_spare(C): pop a spare, or start a new Task. */
-inline give_to_spare(me, t) {
+/* The ticker is made to watch (watch_deferred_calls); ends `deferring`. */
+inline watch() {
+  atomic {
+    if
+    :: !watching -> watching = 1
+    :: else -> skip
+    fi;
+    deferring = 0
+  }
+}
+/* drain_inbox: both flags move to the run queue. */
+inline drain() {
+  atomic { rq_W = rq_W || in_W; rq_M = rq_M || in_M; in_W = 0; in_M = 0 }
+}
+/* strand (Note [No OS thread for a spare]): a refused start.  me holds C.
+ * hand_to_bound: a returning bound M (queued only by A's return_slow,
+ * which then waits for `given`) goes to A with C - A itself may be the
+ * giver, in return_slow's notify.
+ * Else a seq_cst release as a deferred call, one re-check of the inbox,
+ * and the watch. */
+inline strand(me, ok) {
+  drain();
+  if
+#ifndef BROKEN_BOUND
+  :: rq_M && m_bound -> rq_M = 0; give_to_task(me, A)
+#endif
+  :: else ->
+       atomic { !sb_full[me] -> hold = FREE; lazy = 0; deferred = 1; deferring = 1 };
+       if
+       :: inbox_nonempty ->              /* nonempty_seq_cst */
+            try_grab(me, ok);
+            if
+            :: ok ->
+                 deferring = 0;
+                 drain();
+                 if
+#ifndef BROKEN_BOUND
+                 :: rq_M && m_bound -> rq_M = 0; give_to_task(me, A)
+#endif
+                 :: else ->
+                      atomic { !sb_full[me] -> hold = FREE; lazy = 0; deferred = 1; deferring = 1 };
+#ifndef BROKEN_STRAND
+                      watch()
+#else
+                      deferring = 0
+#endif
+                 fi
+            :: else ->
+#ifndef BROKEN_STRAND
+                 watch()
+#else
+                 deferring = 0
+#endif
+            fi
+       :: else ->
+#ifndef BROKEN_STRAND
+            watch()
+#else
+            deferring = 0
+#endif
+       fi
+  fi
+}
+/* give_capability_to_spare(C): pop a spare, or start a new Task - which
+ * the OS may refuse. */
+inline give_to_spare(me, t, ok) {
   drained(me);
   atomic {
     t = 0;
@@ -181,11 +270,19 @@ inline give_to_spare(me, t) {
          :: t < NTASK && started[t] -> t++
          :: t < NTASK && !started[t] -> break
          :: t == NTASK -> assert(false)   /* NTASK too small for this model */
-         od
+         od;
+         if
+         :: os_never_relents -> t = NTASK           /* refused */
+         :: !os_never_relents && refusals > 0 -> refusals--; t = NTASK
+         :: !os_never_relents -> skip
+         fi
     :: else -> skip
     fi
   };
-  give_to_task(me, t)
+  if
+  :: t == NTASK -> strand(me, ok)
+  :: else -> give_to_task(me, t)
+  fi
 }
 /* notify_capability(C) by a party that pushed (inflight counted it). */
 inline notify(me, t, ok) {
@@ -195,7 +292,7 @@ inline notify(me, t, ok) {
        try_grab(NOBUF, ok);
        inflight--;
        if
-       :: ok -> give_to_spare(me, t)
+       :: ok -> give_to_spare(me, t, ok)
        :: else -> skip
        fi
   :: hold == HELD -> inflight--
@@ -250,7 +347,7 @@ run_m:
        :: inbox_nonempty ->              /* maybe_nonempty (relaxed) */
             try_grab(me, ok);
             if
-            :: ok -> lazy = 0; give_to_spare(me, t)
+            :: ok -> lazy = 0; give_to_spare(me, t, ok)
             :: else -> skip
             fi
        :: else -> skip
@@ -270,7 +367,7 @@ run_m:
   /* return_slow */
   if
   :: m_bound ->
-       atomic { in_M = 1; inflight++ }  /* inbox.push (seq_cst CAS) */
+       atomic { in_M = 1; inflight++; retries = 3 }  /* inbox.push (seq_cst CAS) */
        notify(me, t, ok);
        /* wait_for_capability */
        do
@@ -284,9 +381,9 @@ run_m:
   :: else ->
        /* switch_to_scheduler_capless; after_switch pushes M (migrant,
         * returning) and notifies; A's scheduler is capless: a spare. */
-       atomic { in_M = 1; inflight++ }
+       atomic { in_M = 1; inflight++; retries = 3 }
        notify(me, t, ok);
-       atomic { drained(me) -> spare[me] = 1 }  /* become_spare */
+       atomic { drained(me) -> spare[me] = 1; retries = 3 }  /* become_spare */
        goto wait_cap
   fi;
 
@@ -302,7 +399,7 @@ m_runs:
   atomic { rq_W = rq_W || in_W; rq_M = rq_M || in_M; in_W = 0; in_M = 0 }
   if
   :: rq_W || rq_M ->                    /* has_work */
-       give_to_spare(me, t)
+       give_to_spare(me, t, ok)
   :: else ->
 #ifdef BROKEN_FENCE
        atomic { !sb_full[me] -> sb_full[me] = 1; sb_val[me] = FREE; lazy = 0; deferred = 0; inflight++ };
@@ -315,7 +412,7 @@ m_runs:
             try_grab(me, ok);
             inflight--;
             if
-            :: ok -> give_to_spare(me, t)
+            :: ok -> give_to_spare(me, t, ok)
             :: else -> skip
             fi
        :: else -> inflight--
@@ -346,7 +443,7 @@ sched:
   :: bound_next ->
        bound_next = 0;
        give_to_task(me, A);             /* give_capability_to_task(M's Task) */
-       atomic { drained(me) -> spare[me] = 1 }  /* capless worker: become_spare */
+       atomic { drained(me) -> spare[me] = 1; retries = 3 }  /* capless worker: become_spare */
        goto wait_cap
   :: else -> skip
   fi;
@@ -384,7 +481,7 @@ done:
 active proctype Sender() {
   bool ok;
   byte t;
-  atomic { in_W = 1; inflight++ }       /* inbox.push (seq_cst CAS) */
+  atomic { in_W = 1; inflight++; retries = 3 }       /* inbox.push (seq_cst CAS) */
   notify(NOBUF, t, ok)
 }
 
@@ -395,7 +492,9 @@ active proctype Ticker() {
   :: stop -> break
 #ifndef BROKEN_TICKER
   :: atomic {
-       hold == FREE && inbox_nonempty ->  /* its two seq_cst loads */
+       hold == FREE && inbox_nonempty &&  /* its two seq_cst loads */
+       (!os_never_relents || retries > 0) ->
+       if :: os_never_relents -> retries-- :: else -> skip fi;
        /* Property 2: work waits at a free capability that nobody else
         * will claim only in the lazy release's window, or behind a
         * deferred call. */
@@ -403,17 +502,27 @@ active proctype Ticker() {
      };
      try_grab(NOBUF, ok);
      if
-     :: ok -> give_to_spare(NOBUF, t)
+     :: ok -> give_to_spare(NOBUF, t, ok)
      :: else -> skip
      fi
 #endif
-  :: atomic { watching && hold == FREE && deferred && work_waits };  /* a poll */
+  :: atomic {
+       watching && hold == FREE && deferred && work_waits &&   /* a poll */
+       (!os_never_relents || retries > 0) ->
+       if :: os_never_relents -> retries-- :: else -> skip fi
+     };
      try_grab(NOBUF, ok);
      if
-     :: ok -> give_to_spare(NOBUF, t)
+     :: ok -> give_to_spare(NOBUF, t, ok)
      :: else -> skip
      fi
-  :: atomic { watching -> watching = 0; unwatching = 1 };   /* quiet polls */
+  /* Quiet polls.  While the OS never relents, not with work waiting at a
+   * free C: the re-check would watch again at once, a stutter that
+   * would cycle for ever. */
+  :: atomic {
+       watching && !(os_never_relents && hold == FREE && work_waits) ->
+       watching = 0; unwatching = 1
+     };
 #ifndef BROKEN_WATCH
      atomic {
        if
@@ -450,8 +559,15 @@ active proctype Shutdown() {
   }
 }
 
+/* Property 1; and 4: while the OS refuses every start for good, only W
+ * may be left unrun (no Task can run it once A's call waits for it, or A
+ * has left): M, whose Task exists, always gets C back. */
 active proctype Checker() {
-  timeout -> assert(w_ran && m_done && stop)
+  timeout ->
+  if
+  :: !os_never_relents -> assert(w_ran && m_done && stop)
+  :: else -> assert(m_done || (call_waits && !w_ran))
+  fi
 }
 
 init {
@@ -464,10 +580,18 @@ init {
     :: call_waits = 1
     :: call_waits = 0
     fi;
+    if
+    :: refusals = 1
+    :: os_never_relents = 1
+    fi;
     started[A] = 1;
-    started[1] = 1;
-    spare[1] = 1;
     run Task(A);
-    run Task(1)
+    /* A spare asleep at the start while the OS relents; none while it
+     * never does (so that hand-overs need a start, and the refused
+     * paths all run; both choices together exceed the search's memory). */
+    if
+    :: !os_never_relents -> started[1] = 1; spare[1] = 1; run Task(1)
+    :: else -> skip
+    fi
   }
 }

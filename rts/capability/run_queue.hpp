@@ -51,14 +51,14 @@ class RunQueue {
     std::size_t left;
     return pop_front(&left);
   }
-  // take_bound removes and returns the first thread bound to a Task other
-  // than `except`, or null.  O(n): only for a capability no spare could
-  // take (Note [No OS thread for a spare] in task/handover.cpp).
-  Thread* take_bound(const Task* except) {
+  // take_bound removes and returns the first thread bound to a Task, or
+  // null.  O(n): only for a capability no spare could take (Note [No OS
+  // thread for a spare] in task/handover.cpp).
+  Thread* take_bound() {
     Owned g(*this);
     Thread* prev = nullptr;
     for (Thread* t = head_; t; prev = t, t = t->link) {
-      if (!t->bound_task || t->bound_task == except) continue;
+      if (!t->bound_task) continue;
       if (prev) prev->link = t->link; else head_ = t->link;
       if (tail_ == t) tail_ = prev;
       t->link = nullptr;

@@ -148,8 +148,13 @@ Task* pop_spare(Capability* cap) noexcept {
 //     runnable bound thread, in the inbox or the run queue, goes to its
 //     Task with the capability, as release_capability does (a returning
 //     bound safe call, an in-call, a woken fork_os thread; a bound Task
-//     runs unbound threads too, Note [Bound threads]).  Not the giver's
-//     own: it is about to leave, and would be handed the same work back.
+//     runs unbound threads too, Note [Bound threads]).  That may be the
+//     giver itself - a bound caller back from its safe call that found the
+//     capability held, pushed itself and notified: it waits for the
+//     capability next, and finds it given.  (A Task whose own bound thread
+//     is queued is never one that goes on without waiting: while it holds
+//     the capability it would run that thread, and the one that leaves for
+//     good - release_capability - has no thread left.)
 //  2. Otherwise the capability is released to `free` with its work
 //     queued, counted as one more deferred call, and the ticker watches it
 //     as it watches a safe call that blocks (Note [Deferred hand-off] in
@@ -170,7 +175,9 @@ Task* pop_spare(Capability* cap) noexcept {
 // counts them all in spare_starts_refused.  The cost is latency while the
 // OS refuses threads; nothing is lost, and the run goes on at full
 // strength once it gives them again.  Tested by
-// tests/rts/task/spare_start_test.cpp (the refuse_os_threads knob).
+// tests/rts/task/spare_start_test.cpp (the refuse_os_threads knob), and
+// checked by models/capability_handover.pml with an OS that refuses once
+// and one that refuses for good (docs/models.md).
 namespace {
 
 void report_refused_spare(Capability* cap, const char* why) noexcept {
@@ -192,10 +199,10 @@ void report_refused_spare(Capability* cap, const char* why) noexcept {
 }
 
 // hand_to_bound gives cap, which we hold, to the Task of the first runnable
-// bound thread not bound to `giver`; false if there is none.
-bool hand_to_bound(Capability* cap, const Task* giver) noexcept {
+// bound thread; false if there is none.
+bool hand_to_bound(Capability* cap) noexcept {
   drain_inbox(cap);
-  Thread* b = cap->run_queue.take_bound(giver);
+  Thread* b = cap->run_queue.take_bound();
   if (!b) return false;
   give_capability_to_task(b->bound_task, cap, b);  // Note [Bound threads]
   return true;
@@ -203,9 +210,8 @@ bool hand_to_bound(Capability* cap, const Task* giver) noexcept {
 
 // strand: steps 1-3 of the Note, for a capability no spare could take.
 void strand(Capability* cap) noexcept {
-  const Task* giver = my_task();  // null on the ticker and outside threads
   for (int round = 0;; ++round) {
-    if (hand_to_bound(cap, giver)) return;
+    if (hand_to_bound(cap)) return;
     // We hold cap, so we may write deferred_calls.  running_task keeps
     // naming the last Task given it (perhaps a retired, never-started one,
     // which is never freed before the run ends: a stale unpark of it is
