@@ -224,8 +224,23 @@ void report_abandoned(bool stuck) {
 
 }  // namespace
 
+// Note [Main at shutdown]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Once main's function has returned, main is the runtime's: it runs this
+// protocol, and an exception raised in it would leave the protocol half
+// done - the capabilities never stopped, run() never returning.  Yet a
+// thread that shutdown kills may well throw to main from its handler
+// (Haskell's `link`: "if I die, kill main").  So main stops taking
+// asynchronous exceptions here: a throw_to or kill_thread that finds
+// shutting_down set treats main as finished and returns at once (GHC's
+// throwTo to a finished thread), and main masks itself uninterruptibly for
+// a throw posted in the moment before, whose thrower, interruptible while
+// it waits for the throw to land, takes it back when the next sweep kills
+// it.  Tested by ShutdownPolicy.AThreadThatKillsMainWhileItIsKilledDoesNotStopShutdown
+// (tests/rts/shutdown/shutdown_test.cpp).
 void shutdown_protocol() {
   process.accepting_incalls.store(false, std::memory_order_seq_cst);  // Note [In-calls]
+  my_task()->cap->current->mask = Mask::uninterruptible;  // Note [Main at shutdown]
   rt.shutting_down.store(true, std::memory_order_seq_cst);
   enable_wait_locks();  // Note [Wait locks] in schedule/raise.cpp
   sample_peaks();

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -66,6 +67,43 @@ struct PutsWhenDestroyed {
 // but it is an ordinary waiter: another thread unwinding at the same
 // shutdown can fill its mvar, and then it finishes its unwinding and
 // nothing is abandoned (the fixture checks that).
+// Note [Main at shutdown]: threads that shutdown kills throw to main from
+// their handlers (Haskell's `link`), with kill_thread and with throw_to of
+// an ordinary exception, some while main is still inside its function and
+// some after.  run() must return main's result and account for everyone;
+// before, main raised the exception inside the shutdown protocol and run()
+// never returned.
+TEST_P(Shutdown, ThreadsThatThrowToMainFromTheirHandlersDoNotStopShutdown) {
+  constexpr int kThreads = 40;
+  std::atomic<int> handlers{0}, started{0};
+  int r = run([&] {
+    capstan::thread_id main_id = capstan::self();
+    for (int i = 0; i < kThreads; ++i) {
+      // main_id by value: main's frame is gone when the handlers run.
+      capstan::fork_io([&handlers, &started, i, main_id] {
+        try {
+          started.fetch_add(1);
+          capstan::sleep_for(std::chrono::hours(1));
+        } catch (const capstan::thread_killed&) {
+          handlers.fetch_add(1);
+          if (i % 2) capstan::kill_thread(main_id);
+          else capstan::throw_to(main_id, std::runtime_error("from a killed thread"));
+          throw;
+        }
+      });
+    }
+    // Every thread inside its try (one that never started is reclaimed
+    // without running its body); a few still on their way into the sleep.
+    while (started.load() < kThreads) capstan::yield();
+    return 42;
+  });
+  EXPECT_EQ(r, 42);
+  EXPECT_EQ(handlers.load(), kThreads);
+  auto s = capstan::statistics();
+  EXPECT_EQ(s.threads_killed, static_cast<std::uint64_t>(kThreads)) << s.summary();
+  EXPECT_EQ(s.threads_abandoned, 0u);
+}
+
 TEST_P(Shutdown, ABlockedUnwindingThreadWokenByAnotherFinishes) {
   // Every mvar outlives run(): one destroyed under its waiters would end
   // them with blocked_indefinitely, not thread_killed.
