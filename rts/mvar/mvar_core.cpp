@@ -42,8 +42,10 @@ namespace {
 // instead of parking.  m is locked, with w enqueued.
 void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
   if (cur->is_main || std::uncaught_exceptions() != 0) return;
-  m.remove(w);
+  wake_list regranted;  // Note [Leaving the shared_mutex queue]
+  leave_queue(m, w, regranted);
   m.unlock();
+  regranted.wake_all();
   rts::check_killed(cur);  // does not return
 }
 
@@ -69,8 +71,10 @@ void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_toke
   if (cur->async_pending.load(std::memory_order_relaxed) && !w.shielded) [[unlikely]] {
     if (rts::ThrowMsg* msg = rts::pop_raisable(cur, true)) {
       cur->wait_lock.unlock();
-      m.remove(w);
+      wake_list regranted;  // Note [Leaving the shared_mutex queue]
+      leave_queue(m, w, regranted);
       m.unlock();
+      regranted.wake_all();
       rts::raise_msg(msg);
     }
   }
@@ -178,12 +182,14 @@ void expire_timed_take(void* arg, std::uint64_t token) noexcept {
       continue;  // back off (spin, then yield) and retry
     }
     waiter* w = t->waiter;
-    m->remove(*w);
+    wake_list regranted;  // Note [Leaving the shared_mutex queue]
+    leave_queue(*m, *w, regranted);
     w->outcome = waiter::timed_out;
     t->blocked_on = nullptr;
     t->waiter = nullptr;
     t->wait_lock.unlock();
     m->unlock();
+    regranted.wake_all();
     rts::wake(t);
     return;
   }

@@ -117,7 +117,8 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) no
         continue;  // back off and retry: the holder is a few instructions from unlocking
       }
       detail::waiter* w = t->waiter;
-      mv->remove(*w);
+      detail::wake_list regranted;  // Note [Leaving the shared_mutex queue]
+      detail::leave_queue(*mv, *w, regranted);
       t->blocked_on = nullptr;
       t->waiter = nullptr;
       if (m->ex == detail::thread_killed_ptr()) {
@@ -133,6 +134,7 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) no
       }
       t->wait_lock.unlock();
       mv->unlock();  // before waking: T may destroy the mvar as it unwinds
+      regranted.wake_all();
       m->outcome = ThrowMsg::raised;
       wake(t);
       return Posted::raised;

@@ -90,14 +90,16 @@ bool request_kill(Thread* t, unsigned* killed) noexcept {
   // Nor is a shielded wait (a spark's destructor waiting for the spark:
   // Note [Completing a stolen spark] in sparks/sparks.cpp); its waker runs.
   bool killable = !(t->has_eh && t->eh.uncaught != 0) && !w->shielded;
+  detail::wake_list regranted;  // Note [Leaving the shared_mutex queue]
   if (killable) {
-    m->remove(*w);
+    detail::leave_queue(*m, *w, regranted);
     w->outcome = detail::waiter::killed;
     t->blocked_on = nullptr;
     t->waiter = nullptr;
   }
   t->wait_lock.unlock();
   m->unlock();  // before waking: a killed thread may destroy m as it unwinds
+  regranted.wake_all();
   if (killable) {
     wake(t);
     ++*killed;

@@ -6,6 +6,8 @@
 #include <future>
 #include <mutex>
 #include <random>
+#include <cstring>
+#include <memory>
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
@@ -456,6 +458,45 @@ TEST_P(Sync, AWriterLeavingTheQueueLetsTheReadersBehindItIn) {
       sm.unlock_shared();
       EXPECT_TRUE(sm.try_lock()) << "the lock was lost";
       sm.unlock();
+    }
+  });
+}
+
+// Once kill_thread has returned the killed waiter is off the queue, and
+// the program may unlock and destroy the shared_mutex while the waiter is
+// still unwinding: the waiter must not touch it again (it ran the grant on
+// the freed object and spun on its lock word for ever).  The memory is
+// reused at once, with a pattern that reads as "locked"; under ASan a
+// touch is a heap-use-after-free.  Both kinds of waiter, killed in an
+// untimed and a timed lock.
+TEST_P(Sync, ASharedMutexMayBeDestroyedOnceItsKilledWaiterIsOffTheQueue) {
+  run([&] {
+    for (int how = 0; how < 4; ++how) {  // reader/writer x untimed/timed
+      auto sm = std::make_unique<capstan::shared_mutex>();
+      sm->lock();
+      bool writer = how & 1, timed = how & 2;
+      capstan::shared_mutex* raw = sm.get();
+      capstan::thread_id w = capstan::fork_io([raw, writer, timed] {
+        if (writer) {
+          if (timed) (void)raw->try_lock_for(std::chrono::hours(1)); else raw->lock();
+        } else {
+          if (timed) (void)raw->try_lock_shared_for(std::chrono::hours(1)); else raw->lock_shared();
+        }
+        ADD_FAILURE() << "the waiter was granted a lock nobody released";
+      });
+      ASSERT_TRUE(green_wait_until([&] { return blocked(w); }));
+      capstan::kill_thread(w);
+      sm->unlock();
+      sm.reset();
+      // Reuse the freed memory with a pattern whose lock byte is set.
+      std::vector<std::unique_ptr<unsigned char[]>> reuse;
+      for (int i = 0; i < 64; ++i) {
+        reuse.emplace_back(new unsigned char[sizeof(capstan::shared_mutex)]);
+        std::memset(reuse.back().get(), 0xff, sizeof(capstan::shared_mutex));
+      }
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(w) != capstan::thread_state::blocked &&
+                                                capstan::state_of(w) != capstan::thread_state::running; }))
+          << "the killed waiter never finished unwinding";
     }
   });
 }

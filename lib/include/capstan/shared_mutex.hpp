@@ -32,8 +32,8 @@ class shared_mutex {
   void lock() {
     detail::mvar_core::blocking_point("capstan::shared_mutex::lock");
     core_.lock();
-    if (!writer_ && readers_ == 0 && !core_.has_waiters()) {
-      writer_ = true;
+    if (!core_.writer && core_.readers == 0 && !core_.has_waiters()) {
+      core_.writer = true;
       core_.unlock();
       return;
     }
@@ -42,15 +42,15 @@ class shared_mutex {
   // try_lock takes exclusive ownership if free, telling whether it did.
   bool try_lock() noexcept {
     core_.lock();
-    bool got = !writer_ && readers_ == 0 && !core_.has_waiters();
-    if (got) writer_ = true;
+    bool got = !core_.writer && core_.readers == 0 && !core_.has_waiters();
+    if (got) core_.writer = true;
     core_.unlock();
     return got;
   }
   // unlock ends exclusive ownership.
   void unlock() noexcept {
     core_.lock();
-    writer_ = false;
+    core_.writer = false;
     grant();
   }
 
@@ -58,25 +58,25 @@ class shared_mutex {
   void lock_shared() {
     detail::mvar_core::blocking_point("capstan::shared_mutex::lock_shared");
     core_.lock();
-    if (!writer_ && !core_.has_waiters()) {
-      ++readers_;
+    if (!core_.writer && !core_.has_waiters()) {
+      ++core_.readers;
       core_.unlock();
       return;
     }
-    park(detail::waiter::read, -1);  // served: grant() counted us in readers_
+    park(detail::waiter::read, -1);  // served: grant() counted us in core_.readers
   }
   // try_lock_shared takes shared ownership if no writer holds or waits.
   bool try_lock_shared() noexcept {
     core_.lock();
-    bool got = !writer_ && !core_.has_waiters();
-    if (got) ++readers_;
+    bool got = !core_.writer && !core_.has_waiters();
+    if (got) ++core_.readers;
     core_.unlock();
     return got;
   }
   // unlock_shared ends one shared ownership.
   void unlock_shared() noexcept {
     core_.lock();
-    --readers_;
+    --core_.readers;
     grant();
   }
 
@@ -117,9 +117,9 @@ class shared_mutex {
   bool timed(detail::waiter::kind_t kind, const char* what, long long ns) {
     detail::mvar_core::blocking_point(what);
     core_.lock();
-    if (kind == detail::waiter::take ? !writer_ && readers_ == 0 && !core_.has_waiters()
-                                     : !writer_ && !core_.has_waiters()) {
-      if (kind == detail::waiter::take) writer_ = true; else ++readers_;
+    if (kind == detail::waiter::take ? !core_.writer && core_.readers == 0 && !core_.has_waiters()
+                                     : !core_.writer && !core_.has_waiters()) {
+      if (kind == detail::waiter::take) core_.writer = true; else ++core_.readers;
       core_.unlock();
       return true;
     }
@@ -138,53 +138,32 @@ class shared_mutex {
   // served waiter owns the lock and one that left does not.  A waiter that
   // leaves may have been what held others back: a writer queued in front
   // of readers while readers hold the lock keeps those readers waiting.
-  // So the leaver runs grant() once more: without it those readers would
-  // wait for the next unlock, and forever if the holders are waiting for
-  // them.  grant() serves only what the state allows, so running it
-  // needlessly is harmless.  Not when the wait ended because the
-  // shared_mutex itself died (outcome orphaned): core_ is gone.
+  // So the grant runs once more when it leaves: without it those readers
+  // would wait for the next unlock, and forever if the holders are waiting
+  // for them.  It runs where the waiter is taken off, under the same lock
+  // (detail::leave_queue, called by the runtime's time-out, throw_to,
+  // shutdown and the waiter's own checkpoints), not by the leaving thread
+  // afterwards: once kill_thread has returned, or the time-out has fired,
+  // the program may destroy the shared_mutex, and the leaver must not
+  // touch it again (it did, and spun on freed memory).  grant() serves only
+  // what the state allows, so running it needlessly is harmless.
   bool park(detail::waiter::kind_t kind, long long ns) {
     detail::waiter w(detail::waiter::shared_mutex);
     w.kind = kind;
+    w.regrant = true;
     core_.enqueue(w);
-    bool served;
-    try {
-      served = ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
-    } catch (...) {
-      if (w.outcome != detail::waiter::orphaned) {
-        core_.lock();  // Note [Leaving the shared_mutex queue]
-        grant();
-      }
-      throw;
-    }
-    if (!served) {
-      core_.lock();  // Note [Leaving the shared_mutex queue]
-      grant();
-    }
-    return served;
+    return ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
   }
   // grant hands the lock to the front of the queue (lock held; releases
-  // it): a writer if the lock is free, else the readers at the front.
+  // it), then wakes whom it served.
   void grant() noexcept {
     detail::wake_list woken;
-    while (detail::waiter* w = core_.front()) {
-      if (w->kind == detail::waiter::take) {
-        if (writer_ || readers_ != 0) break;
-        writer_ = true;
-        woken.add(core_.serve(*w));
-        break;
-      }
-      if (writer_) break;
-      ++readers_;
-      woken.add(core_.serve(*w));
-    }
+    core_.grant(woken);
     core_.unlock();
     woken.wake_all();  // Note [Waking after unlock]
   }
 
-  detail::mvar_core core_;  // the queue of lockers
-  bool writer_ = false;     // guarded by core_'s lock
-  long readers_ = 0;        // guarded by core_'s lock
+  detail::shared_core core_;  // the queue of lockers, and who holds the lock
 };
 
 // shared_timed_mutex is std::shared_timed_mutex's name for shared_mutex,

@@ -38,6 +38,10 @@ struct waiter {
   outcome_t outcome = served;
   bool timed = false;      // take_for: a timer may end the wait (Note [Timed takes])
   bool shielded = false;   // park_shielded: only a serve ends the wait
+  // A shared_mutex's waiter: whoever takes it off the queue without
+  // serving it re-runs the grant (leave_queue; Note [Leaving the
+  // shared_mutex queue] in capstan/shared_mutex.hpp).
+  bool regrant = false;
 };
 
 // spin_turn is one turn of a busy wait for a lock holder that is running
@@ -252,5 +256,38 @@ struct core_op {
     woken.wake_all();
   }
 };
+
+// shared_core is a shared_mutex's whole state: its queue of lockers and
+// who holds it, all under the core's lock.  Here rather than in
+// shared_mutex.hpp because leave_queue, which the runtime calls, needs it.
+struct shared_core : mvar_core {
+  bool writer = false;  // guarded by the lock
+  long readers = 0;     // guarded by the lock
+  // grant serves the front of the queue as far as the state allows (lock
+  // held): a writer if the lock is free, else the readers at the front.
+  // The served threads go to `woken`, to be woken after unlocking.
+  void grant(wake_list& woken) noexcept {
+    while (waiter* w = front()) {
+      if (w->kind == waiter::take) {
+        if (writer || readers != 0) break;
+        writer = true;
+        woken.add(serve(*w));
+        break;
+      }
+      if (writer) break;
+      ++readers;
+      woken.add(serve(*w));
+    }
+  }
+};
+
+// leave_queue takes w off m's queue without serving it (a time-out, an
+// exception, shutdown), m locked; a shared_mutex's waiter re-runs the
+// grant there and then, adding whom it serves to `woken` (wake them after
+// unlocking).  Note [Leaving the shared_mutex queue].
+inline void leave_queue(mvar_core& m, waiter& w, wake_list& woken) noexcept {
+  m.remove(w);
+  if (w.regrant) [[unlikely]] static_cast<shared_core&>(m).grant(woken);
+}
 
 }  // namespace capstan::detail
