@@ -25,6 +25,7 @@
 
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -118,7 +119,7 @@ class chan {
   // either hands this thread the item or keeps it in the chan - never both.
   template <class Rep, class Period>
   std::optional<T> read_for(const std::chrono::duration<Rep, Period>& d) {
-    long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    long long ns = detail::to_ns(d);
     op g(core_);
     if (take_now(g, ns > 0)) return pop();
     if (ns <= 0) return std::nullopt;

@@ -21,6 +21,7 @@
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/mutex.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -142,22 +143,22 @@ class condition_variable {
   // wakes this thread (no_timeout) or another waiter, never both.
   template <class Rep, class Period>
   std::cv_status wait_for(std::unique_lock<mutex>& lk, const std::chrono::duration<Rep, Period>& d) {
-    return wait_ns(lk, detail::cv_queue::clamp(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+    return wait_ns(lk, detail::cv_queue::clamp(detail::to_ns(d)));
   }
 
   // wait_until is wait_for until the time point `t`.
   template <class Clock, class Duration>
   std::cv_status wait_until(std::unique_lock<mutex>& lk,
                             const std::chrono::time_point<Clock, Duration>& t) {
-    return wait_ns(lk, detail::cv_queue::clamp(
-                           std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()).count()));
+    return wait_ns(lk, detail::cv_queue::clamp(detail::ns_until(t)));
   }
 
   // wait_for(lk, d, pred) waits until pred() holds or `d` has passed, and
   // returns pred().
   template <class Rep, class Period, class Pred>
   bool wait_for(std::unique_lock<mutex>& lk, const std::chrono::duration<Rep, Period>& d, Pred pred) {
-    return wait_until(lk, std::chrono::steady_clock::now() + d, std::move(pred));
+    return wait_until(lk, std::chrono::steady_clock::now() + std::chrono::nanoseconds(detail::to_ns(d)),
+                      std::move(pred));
   }
 
   // wait_until(lk, t, pred) waits until pred() holds or `t` has passed, and
@@ -219,21 +220,21 @@ class condition_variable_any {
   // wakes this thread (no_timeout) or another waiter, never both.
   template <class Lock, class Rep, class Period>
   std::cv_status wait_for(Lock& lk, const std::chrono::duration<Rep, Period>& d) {
-    return wait_ns(lk, detail::cv_queue::clamp(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+    return wait_ns(lk, detail::cv_queue::clamp(detail::to_ns(d)));
   }
 
   // wait_until is wait_for until the time point `t`.
   template <class Lock, class Clock, class Duration>
   std::cv_status wait_until(Lock& lk, const std::chrono::time_point<Clock, Duration>& t) {
-    return wait_ns(lk, detail::cv_queue::clamp(
-                           std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()).count()));
+    return wait_ns(lk, detail::cv_queue::clamp(detail::ns_until(t)));
   }
 
   // wait_for(lk, d, pred) waits until pred() holds or `d` has passed, and
   // returns pred().
   template <class Lock, class Rep, class Period, class Pred>
   bool wait_for(Lock& lk, const std::chrono::duration<Rep, Period>& d, Pred pred) {
-    return wait_until(lk, std::chrono::steady_clock::now() + d, std::move(pred));
+    return wait_until(lk, std::chrono::steady_clock::now() + std::chrono::nanoseconds(detail::to_ns(d)),
+                      std::move(pred));
   }
 
   // wait_until(lk, t, pred) waits until pred() holds or `t` has passed, and

@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "capstan/detail/mvar_core.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -120,13 +121,13 @@ class future {
   std::future_status wait_for(const std::chrono::duration<Rep, Period>& d) const {
     detail::mvar_core::blocking_point("capstan::future::wait_for");
     need_state();
-    long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    long long ns = detail::to_ns(d);
     return state_->wait_ns(ns < 0 ? 0 : ns) ? std::future_status::ready : std::future_status::timeout;
   }
   // wait_until is wait_for until the time point `t`.
   template <class Clock, class Duration>
   std::future_status wait_until(const std::chrono::time_point<Clock, Duration>& t) const {
-    return wait_for(t - Clock::now());
+    return wait_for(std::chrono::nanoseconds(detail::ns_until(t)));
   }
 
  private:

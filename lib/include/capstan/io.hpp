@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "capstan/errors.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -17,13 +18,13 @@ bool wait_fd(int fd, bool writable, long long timeout_ns);  // timeout_ns < 0: n
 // sleep_for parks the calling green thread for at least `d`.
 template <class Rep, class Period>
 void sleep_for(const std::chrono::duration<Rep, Period>& d) {
-  detail::sleep_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  detail::sleep_ns(detail::to_ns(d));
 }
 
 // sleep_until parks the calling green thread until `t` has passed.
 template <class Clock, class Duration>
 void sleep_until(const std::chrono::time_point<Clock, Duration>& t) {
-  sleep_for(t - Clock::now());
+  detail::sleep_ns(detail::ns_until(t));
 }
 
 // wait_readable parks until fd is readable (or at EOF/error); io_error if
@@ -33,16 +34,18 @@ inline void wait_readable(int fd) { detail::wait_fd(fd, false, -1); }
 inline void wait_writable(int fd) { detail::wait_fd(fd, true, -1); }
 
 // wait_readable_for is wait_readable with a time-out: false if it expired.
+// A non-positive `d` only checks (as d == 0 always did).
 template <class Rep, class Period>
 bool wait_readable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
-  return detail::wait_fd(fd, false,
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  long long ns = detail::to_ns(d);
+  return detail::wait_fd(fd, false, ns < 0 ? 0 : ns);
 }
 // wait_writable_for is wait_writable with a time-out: false if it expired.
+// A non-positive `d` only checks.
 template <class Rep, class Period>
 bool wait_writable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
-  return detail::wait_fd(fd, true,
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  long long ns = detail::to_ns(d);
+  return detail::wait_fd(fd, true, ns < 0 ? 0 : ns);
 }
 
 // close_fd wakes every green thread waiting on fd with io_error, then

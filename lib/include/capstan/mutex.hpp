@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "capstan/detail/mvar_core.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -252,12 +253,12 @@ class timed_mutex {
   // thread; a safe point.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return timed(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    return timed(detail::to_ns(d));
   }
   // try_lock_until is try_lock_for until the time point `t`.
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return timed(std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()).count());
+    return timed(detail::ns_until(t));
   }
 
  private:

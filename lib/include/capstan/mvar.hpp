@@ -9,6 +9,7 @@
 #include "capstan/detail/bridge.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -47,14 +48,13 @@ class mvar {
   // time-out either hands this thread the value or keeps it - never both.
   template <class Rep, class Period>
   std::optional<T> take_for(const std::chrono::duration<Rep, Period>& d) {
-    return take_timed(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    return take_timed(detail::to_ns(d));
   }
 
   // try_take_until is take_for until the time point `t`.
   template <class Clock, class Duration>
   std::optional<T> try_take_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return take_timed(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(t - Clock::now()).count());
+    return take_timed(detail::ns_until(t));
   }
 
   // read waits until the mvar is full and returns a copy, leaving it full.

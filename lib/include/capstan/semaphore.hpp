@@ -15,6 +15,7 @@
 
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -81,13 +82,13 @@ class counting_semaphore {
   template <class Rep, class Period>
   bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
     detail::mvar_core::blocking_point("capstan::counting_semaphore::try_acquire_for");
-    long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    long long ns = detail::to_ns(d);
     return acquire_ns(ns < 0 ? 0 : ns);
   }
   // try_acquire_until is try_acquire_for until the time point `t`.
   template <class Clock, class Duration>
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_acquire_for(t - Clock::now());
+    return try_acquire_for(std::chrono::nanoseconds(detail::ns_until(t)));
   }
 
  private:

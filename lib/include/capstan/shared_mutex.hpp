@@ -14,6 +14,7 @@
 #include <chrono>
 
 #include "capstan/detail/mvar_core.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -90,7 +91,7 @@ class shared_mutex {
   // try_lock_until is try_lock_for until the time point `t`.
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_until", ns_of(t - Clock::now()));
+    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_until", clamp0(detail::ns_until(t)));
   }
   // try_lock_shared_for is lock_shared that gives up after `d` (queued
   // behind any waiting writer, as lock_shared), telling whether it took
@@ -103,15 +104,15 @@ class shared_mutex {
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
     return timed(detail::waiter::read, "capstan::shared_mutex::try_lock_shared_until",
-                 ns_of(t - Clock::now()));
+                 clamp0(detail::ns_until(t)));
   }
 
  private:
   template <class Rep, class Period>
   static long long ns_of(const std::chrono::duration<Rep, Period>& d) {
-    long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-    return ns < 0 ? 0 : ns;
+    return clamp0(detail::to_ns(d));
   }
+  static long long clamp0(long long ns) { return ns < 0 ? 0 : ns; }
 
   // timed: a timed lock (take) or lock_shared (read) of at most ns.
   bool timed(detail::waiter::kind_t kind, const char* what, long long ns) {

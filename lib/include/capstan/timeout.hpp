@@ -8,6 +8,7 @@
 
 #include "capstan/detail/async_core.hpp"
 #include "capstan/errors.hpp"
+#include "capstan/detail/duration.hpp"
 
 namespace capstan {
 
@@ -24,7 +25,7 @@ auto timeout(std::chrono::duration<Rep, Period> d, F&& f) {
   // A function returning a reference yields a copy (std::optional holds no
   // references).
   using Out = std::conditional_t<std::is_void_v<R>, bool, std::optional<std::remove_cvref_t<R>>>;
-  long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  long long ns = detail::to_ns(d);
   if (ns <= 0) return Out{};
   detail::timeout_frame frame;
   detail::timeout_push(frame, ns);

@@ -1,0 +1,58 @@
+// duration.hpp - converting the std::chrono durations and time points that
+// the timed calls take into the nanosecond counts the runtime works in,
+// without overflow.
+//
+// duration_cast<nanoseconds>(hours::max()) overflows (undefined behaviour:
+// it wrapped to a negative count, and the call returned at once or never),
+// and so does t - Clock::now() for time_point::min() or max().  Waiting
+// "for ever" by passing duration::max() is a common idiom, so both are
+// computed in 128 bits here and saturated to kMaxWaitNs either way: a wait
+// that long is as good as for ever, and a deadline now + kMaxWaitNs still
+// fits in a signed 64-bit count of nanoseconds.
+#pragma once
+
+#include <chrono>
+#include <ratio>
+#include <type_traits>
+
+namespace capstan::detail {
+
+// The longest wait, about 146 years; longer ones are cut to it.
+inline constexpr long long kMaxWaitNs = 1LL << 62;
+
+namespace duration_impl {
+inline constexpr long long clamp(__int128 x) noexcept {
+  return x > kMaxWaitNs ? kMaxWaitNs : x < -kMaxWaitNs ? -kMaxWaitNs : static_cast<long long>(x);
+}
+template <class Rep, class Period>
+constexpr __int128 wide_ns(const std::chrono::duration<Rep, Period>& d) noexcept {
+  using PerNs = std::ratio_multiply<Period, std::giga>;  // nanoseconds per tick
+  if constexpr (std::is_floating_point_v<Rep>) {
+    long double x = static_cast<long double>(d.count()) * PerNs::num / PerNs::den;
+    if (!(x == x)) return 0;  // NaN: no time
+    constexpr long double lim = static_cast<long double>(kMaxWaitNs) * 2;
+    if (x > lim) return static_cast<__int128>(kMaxWaitNs) * 2;
+    if (x < -lim) return -static_cast<__int128>(kMaxWaitNs) * 2;
+    return static_cast<__int128>(x);
+  } else {
+    // Truncated toward zero, as duration_cast truncates.
+    return static_cast<__int128>(d.count()) * PerNs::num / PerNs::den;
+  }
+}
+}  // namespace duration_impl
+
+// to_ns returns d in nanoseconds, truncated, saturated to +-kMaxWaitNs.
+template <class Rep, class Period>
+constexpr long long to_ns(const std::chrono::duration<Rep, Period>& d) noexcept {
+  return duration_impl::clamp(duration_impl::wide_ns(d));
+}
+
+// ns_until returns the nanoseconds from now until t on t's clock (negative
+// if t has passed), saturated to +-kMaxWaitNs.
+template <class Clock, class Duration>
+long long ns_until(const std::chrono::time_point<Clock, Duration>& t) {
+  return duration_impl::clamp(duration_impl::wide_ns(t.time_since_epoch()) -
+                              duration_impl::wide_ns(Clock::now().time_since_epoch()));
+}
+
+}  // namespace capstan::detail
