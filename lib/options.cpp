@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -25,8 +26,18 @@ constexpr std::size_t kMaxStack = std::size_t{1} << 30;
 }
 
 // Parses "<number>[k|K|m|M|g|G]" into bytes; false if malformed.
+// plain_number: s starts with a decimal digit (or '.') and holds no hex
+// digits or exponent markers of another base: strtod and strtoul alone would
+// take " 2", "+2" and "0x10".
+bool plain_number(const char* s) {
+  if (!(std::isdigit(static_cast<unsigned char>(*s)) || *s == '.')) return false;
+  for (const char* p = s; *p; ++p)
+    if (*p == 'x' || *p == 'X' || *p == 'p' || *p == 'P') return false;
+  return true;
+}
+
 bool parse_size(const char* s, std::size_t& out) {
-  if (!*s) return false;
+  if (!plain_number(s)) return false;
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(s, &end);
@@ -46,7 +57,7 @@ bool parse_size(const char* s, std::size_t& out) {
 }
 
 bool parse_uint(const char* s, unsigned long& out) {
-  if (!*s || *s == '-' || *s == '+') return false;
+  if (!std::isdigit(static_cast<unsigned char>(*s))) return false;
   char* end = nullptr;
   errno = 0;
   out = std::strtoul(s, &end, 10);
@@ -120,8 +131,8 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
     case 'C': {
       char* end = nullptr;
       errno = 0;
-      double secs = *arg ? std::strtod(arg, &end) : -1;
-      if (!*arg || errno || *end || !(secs >= 0) || secs > 60)
+      double secs = plain_number(arg) ? std::strtod(arg, &end) : -1;
+      if (!plain_number(arg) || errno || *end || !(secs >= 0) || secs > 60)
         bad(flag, where,
             "expected -C<secs>, the timeslice in seconds between 0 and 60 (e.g. -C0.02; "
             "-C0 switches at every safe point)");

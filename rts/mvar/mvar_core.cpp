@@ -3,6 +3,8 @@
 // blocked thread] in shutdown/shutdown.cpp.
 #include "capstan/detail/mvar_core.hpp"
 
+#include <sys/sysinfo.h>
+
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -28,6 +30,13 @@ bool spin_before_blocking() noexcept {
   rts::Task* task = rts::green_task();
   if (!task) return false;
   return !rts::has_threads(task->cap);
+}
+
+std::size_t memory_limit_bytes() noexcept {
+  struct sysinfo si {};
+  if (::sysinfo(&si) != 0) return SIZE_MAX;
+  unsigned __int128 total = (static_cast<unsigned __int128>(si.totalram) + si.totalswap) * si.mem_unit;
+  return total > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(total);
 }
 
 void mvar_core::lock_slow() noexcept {

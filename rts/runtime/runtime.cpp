@@ -113,8 +113,29 @@ void validate(const options& o) {
     throw usage_error(fmt::format(
         "capstan::run: options.spark_pool_size = {} is impossible; accepted: 1 .. 16777216",
         o.spark_pool_size));
-  if (o.timeslice.count() < 0)
-    throw usage_error("capstan::run: options.timeslice is negative; accepted: >= 0");
+  // The rest as their +RTS flags bound them (lib/options.cpp).
+  if (o.timeslice.count() < 0 || o.timeslice > std::chrono::seconds(60))
+    throw usage_error(fmt::format(
+        "capstan::run: options.timeslice = {} us is impossible; accepted: 0 .. 60 s (0 = switch "
+        "at every safe point)", o.timeslice.count()));
+  if (o.stack_pool_watermark > (std::size_t{1} << 24))
+    throw usage_error(fmt::format(
+        "capstan::run: options.stack_pool_watermark = {} is impossible; accepted: 0 .. 16777216",
+        o.stack_pool_watermark));
+  if (o.max_spare_tasks > 1024)
+    throw usage_error(fmt::format(
+        "capstan::run: options.max_spare_tasks = {} is impossible; accepted: 0 .. 1024",
+        o.max_spare_tasks));
+  if (o.warn_hog.count() < 0 || o.warn_hog > std::chrono::hours(1))
+    throw usage_error(fmt::format(
+        "capstan::run: options.warn_hog = {} ms is impossible; accepted: 0 .. 3600000 (0 = never)",
+        o.warn_hog.count()));
+  if (o.deadlock_detection != options::deadlock::off &&
+      o.deadlock_detection != options::deadlock::on &&
+      o.deadlock_detection != options::deadlock::force)
+    throw usage_error(fmt::format(
+        "capstan::run: options.deadlock_detection = {} is impossible; accepted: off, on, force",
+        static_cast<unsigned>(o.deadlock_detection)));
 }
 
 struct MainClosure {

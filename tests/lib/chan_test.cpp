@@ -1,6 +1,8 @@
 // chan_test.cpp - chan<T>: FIFO order, blocked readers served in order,
 // try_read / read_for, and a blocked read ended by an exception, a
 // time-out, the chan's end or deadlock detection.
+#include <cstdint>
+#include <stdexcept>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -151,6 +153,21 @@ TEST_P(Chan, MemoryFollowsContent) {
       ASSERT_LE(c.capacity(), 2 * 4096 / sizeof(long)) << "item " << i;
     }
   });
+}
+
+// An impossible reserve is refused at once, allocating nothing: beyond
+// max_size() std::length_error, beyond the machine's memory std::bad_alloc
+// (it used to allocate block after block, holding the writers' lock,
+// until the OOM killer came).  The chan stays usable.
+TEST(ChanReserve, ImpossibleSizesAreRefusedAtOnce) {
+  capstan::chan<int> c;
+  EXPECT_THROW(c.reserve(SIZE_MAX), std::length_error);
+  EXPECT_THROW(c.reserve(capstan::chan<int>::max_size() + 1), std::length_error);
+  EXPECT_THROW(c.reserve(capstan::chan<int>::max_size()), std::bad_alloc);
+  EXPECT_EQ(c.capacity(), 0u) << "an impossible reserve allocated";
+  c.reserve(10);
+  c.write(1);
+  EXPECT_EQ(c.try_read().value_or(-1), 1);
 }
 
 // reserve: the next n writes allocate no block (capacity never grows),

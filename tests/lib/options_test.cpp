@@ -125,6 +125,14 @@ TEST_F(Options, MalformedFlagsNameTheFlagAndTheAcceptedForm) {
   expect_error({"p", "+RTS", "--warn-hog=-5"}, "--warn-hog=-5", "0 <= ms <= 3600000");
   expect_error({"p", "+RTS", "--dump-on-sigquit=1"}, "--dump-on-sigquit=1", "--dump-on-sigquit");
   expect_error({"p", "+RTS", "N2"}, "N2", "start with '-'");
+  // Only plain decimal numbers: no sign, space or other base.
+  expect_error({"p", "+RTS", "-N 2"}, "-N 2", "-N<n>");
+  expect_error({"p", "+RTS", "-N+2"}, "-N+2", "-N<n>");
+  expect_error({"p", "+RTS", "-C0x10"}, "-C0x10", "-C<secs>");
+  expect_error({"p", "+RTS", "-C 1"}, "-C 1", "-C<secs>");
+  expect_error({"p", "+RTS", "-K0x100k"}, "-K0x100k", "-K<size>");
+  expect_error({"p", "+RTS", "-kw 5"}, "-kw 5", "-kw<n>");
+  expect_error({"p", "+RTS", "--spare-tasks= 2"}, "--spare-tasks= 2", "--spare-tasks=<n>");
   expect_error({"p", "-RTS"}, "-RTS", "without a preceding +RTS");
 }
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <new>
 #include <memory>
 #include <optional>
@@ -146,8 +147,14 @@ class chan {
   // reserve makes room for n more items than the chan holds now, so that
   // the next n writes allocate nothing (they cannot fail for memory); not
   // cumulative (reserve(5) twice leaves room for 5).  May throw bad_alloc
-  // itself, keeping what it set aside.  Never blocks; any thread.
+  // itself, keeping what it set aside.  Never blocks; any thread.  An n
+  // beyond max_size() is std::length_error, and one whose blocks would
+  // not fit in the machine's memory and swap is std::bad_alloc, both
+  // before anything is allocated.
   void reserve(std::size_t n) {
+    if (n > max_size())
+      throw std::length_error("capstan::chan::reserve: n exceeds chan::max_size()");
+    if (n / block::kItems + 1 > detail::memory_limit_bytes() / sizeof(block)) throw std::bad_alloc();
     lock_writers();
     std::size_t room = wblock_ ? block::kItems - woff_ : 0;
     for (block* b = reserve_; b; b = b->next) room += block::kItems;
@@ -163,6 +170,11 @@ class chan {
       throw;
     }
     unlock_writers();
+  }
+
+  // max_size is the most items reserve() accepts (as std::vector's).
+  static constexpr std::size_t max_size() noexcept {
+    return static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(block) * block::kItems;
   }
 
   // waiting returns how many readers were blocked at the moment of the call.

@@ -1,5 +1,6 @@
 // run_test.cpp - starting and stopping the runtime: results, exceptions,
 // shutdown with threads in every state, and statistics.
+#include <climits>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -121,6 +122,48 @@ TEST_F(RunErrors, ImpossibleOptionsAreRejected) {
   } catch (const capstan::usage_error& e) {
     EXPECT_NE(std::string(e.what()).find("stack_size"), std::string::npos);
   }
+}
+
+// Every option has the bounds its +RTS flag has; run() names the field
+// and what is accepted, and nothing runs (a huge watermark wrapped a size
+// computation and corrupted the heap).
+TEST_F(RunErrors, EveryOptionOutsideItsFlagsBoundsIsRejectedByName) {
+  struct Case {
+    const char* field;
+    void (*set)(capstan::options&);
+  };
+  const Case cases[] = {
+      {"stack_pool_watermark", [](capstan::options& o) { o.stack_pool_watermark = SIZE_MAX; }},
+      {"stack_pool_watermark", [](capstan::options& o) { o.stack_pool_watermark = (1u << 24) + 1; }},
+      {"max_spare_tasks", [](capstan::options& o) { o.max_spare_tasks = UINT_MAX; }},
+      {"timeslice", [](capstan::options& o) { o.timeslice = std::chrono::microseconds::max(); }},
+      {"timeslice", [](capstan::options& o) { o.timeslice = std::chrono::seconds(61); }},
+      {"warn_hog", [](capstan::options& o) { o.warn_hog = std::chrono::milliseconds(-1); }},
+      {"warn_hog", [](capstan::options& o) { o.warn_hog = std::chrono::hours(2); }},
+      {"deadlock_detection",
+       [](capstan::options& o) { o.deadlock_detection = static_cast<capstan::options::deadlock>(7); }},
+  };
+  for (const Case& c : cases) {
+    capstan::options o = capstan_test::opts(1);
+    c.set(o);
+    bool ran = false;
+    try {
+      capstan::run(o, [&] { ran = true; });
+      ADD_FAILURE() << c.field << ": accepted";
+    } catch (const capstan::usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("accepted"), std::string::npos)
+          << c.field << ": " << e.what();
+    }
+    EXPECT_FALSE(ran) << c.field;
+  }
+  // The bounds themselves are accepted.
+  capstan::options o = capstan_test::opts(1);
+  o.stack_pool_watermark = 1u << 24;
+  o.max_spare_tasks = 1024;
+  o.timeslice = std::chrono::seconds(60);
+  o.warn_hog = std::chrono::hours(1);
+  EXPECT_EQ(capstan::run(o, [] { return 5; }), 5);
 }
 
 TEST_F(RunErrors, NestedAndConcurrentRunsAreRejected) {

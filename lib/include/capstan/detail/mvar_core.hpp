@@ -56,6 +56,10 @@ void spin_turn(unsigned& turns) noexcept;
 // to run.  See Note [Chan readers spin] in chan.hpp.
 bool spin_before_blocking() noexcept;
 
+// memory_limit_bytes is the machine's memory plus swap, the most an
+// allocation could ever get (chan::reserve's sanity check).
+std::size_t memory_limit_bytes() noexcept;
+
 // Note [Throwing from the caller's frame]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The wait itself does not throw: park_wait returns with the outcome in
