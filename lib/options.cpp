@@ -132,9 +132,9 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
       char* end = nullptr;
       errno = 0;
       double secs = plain_number(arg) ? std::strtod(arg, &end) : -1;
-      if (!plain_number(arg) || errno || *end || !(secs >= 0) || secs > 60)
+      if (!plain_number(arg) || errno || *end || !(secs >= 0) || secs > 3600)
         bad(flag, where,
-            "expected -C<secs>, the timeslice in seconds between 0 and 60 (e.g. -C0.02; "
+            "expected -C<secs>, the timeslice in seconds between 0 and 3600 (e.g. -C0.02; "
             "-C0 switches at every safe point)");
       o.timeslice = std::chrono::microseconds(static_cast<long long>(std::llround(secs * 1e6)));
       return;

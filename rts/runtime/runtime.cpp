@@ -114,9 +114,9 @@ void validate(const options& o) {
         "capstan::run: options.spark_pool_size = {} is impossible; accepted: 1 .. 16777216",
         o.spark_pool_size));
   // The rest as their +RTS flags bound them (lib/options.cpp).
-  if (o.timeslice.count() < 0 || o.timeslice > std::chrono::seconds(60))
+  if (o.timeslice.count() < 0 || o.timeslice > std::chrono::hours(1))
     throw usage_error(fmt::format(
-        "capstan::run: options.timeslice = {} us is impossible; accepted: 0 .. 60 s (0 = switch "
+        "capstan::run: options.timeslice = {} us is impossible; accepted: 0 .. 3600 s (0 = switch "
         "at every safe point)", o.timeslice.count()));
   if (o.stack_pool_watermark > (std::size_t{1} << 24))
     throw usage_error(fmt::format(

@@ -137,7 +137,7 @@ TEST_F(RunErrors, EveryOptionOutsideItsFlagsBoundsIsRejectedByName) {
       {"stack_pool_watermark", [](capstan::options& o) { o.stack_pool_watermark = (1u << 24) + 1; }},
       {"max_spare_tasks", [](capstan::options& o) { o.max_spare_tasks = UINT_MAX; }},
       {"timeslice", [](capstan::options& o) { o.timeslice = std::chrono::microseconds::max(); }},
-      {"timeslice", [](capstan::options& o) { o.timeslice = std::chrono::seconds(61); }},
+      {"timeslice", [](capstan::options& o) { o.timeslice = std::chrono::seconds(3601); }},
       {"warn_hog", [](capstan::options& o) { o.warn_hog = std::chrono::milliseconds(-1); }},
       {"warn_hog", [](capstan::options& o) { o.warn_hog = std::chrono::hours(2); }},
       {"deadlock_detection",
@@ -161,7 +161,7 @@ TEST_F(RunErrors, EveryOptionOutsideItsFlagsBoundsIsRejectedByName) {
   capstan::options o = capstan_test::opts(1);
   o.stack_pool_watermark = 1u << 24;
   o.max_spare_tasks = 1024;
-  o.timeslice = std::chrono::seconds(60);
+  o.timeslice = std::chrono::hours(1);
   o.warn_hog = std::chrono::hours(1);
   EXPECT_EQ(capstan::run(o, [] { return 5; }), 5);
 }
