@@ -138,6 +138,31 @@ void notify_shutdown() {
   finish_current(self);
 }
 
+}  // namespace capstan::rts
+
+namespace capstan::detail {
+
+// As thread_entry counts a forked thread's exception, for threads whose
+// wrapper caught it (bridge.hpp).
+void count_ended_by(const std::exception_ptr& e) noexcept {
+  rts::Task* task = rts::my_task();
+  if (!e || !task || !task->cap) return;
+  rts::Capability* cap = task->cap;
+  try {
+    std::rethrow_exception(e);
+  } catch (const thread_killed&) {
+    cap->threads_killed.add();
+  } catch (const blocked_indefinitely&) {
+    cap->threads_blocked_indefinitely.add();
+  } catch (...) {
+  }
+  cap->threads_died.add();
+}
+
+}  // namespace capstan::detail
+
+namespace capstan::rts {
+
 // reserve_stack: see Note [Running out of stacks] in storage/stack.cpp.
 void* reserve_stack(Thread* t) {
   void* s = rt.arena.take_reserve();

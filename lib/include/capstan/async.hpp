@@ -26,6 +26,7 @@
 
 #include "capstan/async_exception.hpp"
 #include "capstan/chan.hpp"
+#include "capstan/detail/bridge.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
 
@@ -132,6 +133,7 @@ class async_group {
         restore([&] { slot->run(*fn); });
       } catch (...) {
         slot->error = std::current_exception();
+        count_ended_by(slot->error);
       }
     }
     ~child() {

@@ -7,6 +7,7 @@
 // safe_call.  See docs/foreign.md.
 #pragma once
 
+#include <exception>
 #include <type_traits>
 #include <utility>
 
@@ -64,7 +65,15 @@ bool is_bound();
 template <class F>
 auto call_in(F&& f) -> std::invoke_result_t<F&> {
   detail::outcome<std::invoke_result_t<F&>> out;
-  auto body = [&] { out.capture(f); };
+  auto counted = [&]() -> decltype(auto) {
+    try {
+      return f();
+    } catch (...) {
+      detail::count_ended_by(std::current_exception());  // for statistics()
+      throw;
+    }
+  };
+  auto body = [&] { out.capture(counted); };
   detail::call_in_raw([](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
   return out.get();
 }

@@ -1,6 +1,7 @@
 // run.hpp - starting and stopping the runtime.
 #pragma once
 
+#include <exception>
 #include <type_traits>
 #include <utility>
 
@@ -17,7 +18,15 @@ namespace capstan {
 template <class F>
 auto run(const options& opts, F&& main) -> std::invoke_result_t<F&> {
   detail::outcome<std::invoke_result_t<F&>> out;
-  auto body = [&] { out.capture(main); };
+  auto counted = [&]() -> decltype(auto) {
+    try {
+      return main();
+    } catch (...) {
+      detail::count_ended_by(std::current_exception());  // for statistics()
+      throw;
+    }
+  };
+  auto body = [&] { out.capture(counted); };
   detail::run_main(&opts, [](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
   return out.get();
 }

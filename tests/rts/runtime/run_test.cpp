@@ -1,6 +1,7 @@
 // run_test.cpp - starting and stopping the runtime: results, exceptions,
 // shutdown with threads in every state, and statistics.
 #include <climits>
+#include <stdexcept>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -106,6 +107,55 @@ TEST_P(Run, StatisticsCountWhatHappened) {
   EXPECT_EQ(s.threads_finished, 11u);
   auto text = s.summary();
   EXPECT_NE(text.find("11 created"), std::string::npos) << text;
+}
+
+// Every thread's end is in the statistics, including those whose wrapper
+// catches the exception to hand it on: main (run rethrows it), in-calls
+// (call_in rethrows it) and async children (wait rethrows it).
+TEST(RunStatistics, ThreadsEndedByAnExceptionTheirWrapperHandsOnAreCounted) {
+  // main killed by a thread it forked.
+  EXPECT_THROW(capstan::run(capstan_test::opts(2), [] {
+                 capstan::thread_id main_id = capstan::self();
+                 capstan::fork_io([main_id] { capstan::kill_thread(main_id); });
+                 capstan::mvar<int>().take();
+               }),
+               capstan::thread_killed);
+  auto s = capstan::statistics();
+  EXPECT_EQ(s.threads_killed, 1u);
+  EXPECT_EQ(s.threads_died, 1u);
+  // main ended by an exception of its own.
+  EXPECT_THROW(capstan::run(capstan_test::opts(1), [] { throw std::runtime_error("main"); }),
+               std::runtime_error);
+  s = capstan::statistics();
+  EXPECT_EQ(s.threads_killed, 0u);
+  EXPECT_EQ(s.threads_died, 1u);
+  // main blocked for good.
+  EXPECT_THROW(capstan::run(capstan_test::opts(1), [] { capstan::mvar<int>().take(); }),
+               capstan::blocked_indefinitely);
+  s = capstan::statistics();
+  EXPECT_EQ(s.blocked_indefinitely, 1u);
+  EXPECT_EQ(s.threads_died, 1u);
+  // async children cancelled and failing, in-calls failing.
+  capstan::run(capstan_test::opts(2), [] {
+    {
+      capstan::async a([] { capstan::mvar<int>().take(); return 0; });
+      while (capstan::state_of(a.id()) != capstan::thread_state::blocked) capstan::yield();
+      a.cancel();
+    }
+    capstan::async b([]() -> int { throw std::runtime_error("child"); });
+    EXPECT_THROW(b.wait(), std::runtime_error);
+    capstan::safe_call([] {
+      std::thread outside([] {
+        for (int i = 0; i < 2; ++i)
+          EXPECT_THROW(capstan::call_in([] { throw std::logic_error("in-call"); }), std::logic_error);
+      });
+      outside.join();
+    });
+  });
+  s = capstan::statistics();
+  EXPECT_EQ(s.threads_killed, 1u) << s.summary();             // the cancelled async
+  EXPECT_EQ(s.threads_died, 4u) << s.summary();               // it, the failing async, two in-calls
+  EXPECT_EQ(s.blocked_indefinitely, 0u) << s.summary();
 }
 
 class RunErrors : public capstan_test::RuntimeTest {};

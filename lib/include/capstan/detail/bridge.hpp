@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -90,6 +91,14 @@ thread_ref spawn(int cap, F&& f) {
 // thread.  Out of line on purpose: see Note [TLS across a switch] in
 // rts/task/task.hpp.
 void safe_point();
+
+// count_ended_by counts, for statistics(), a green thread whose function
+// ended by exception e although the thread itself ends normally because a
+// wrapper caught e to hand it on: main (run rethrows it), an in-call
+// (call_in rethrows it), an async child (wait rethrows it).  threads_died
+// always, and threads_killed or blocked_indefinitely by e's type.  Call it
+// on that thread.
+void count_ended_by(const std::exception_ptr& e) noexcept;
 
 // run_main runs fn(ctx) as the bound main green thread of a new runtime.
 struct options_ref;

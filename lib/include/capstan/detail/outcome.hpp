@@ -34,7 +34,7 @@ class outcome {
     if constexpr (!std::is_trivially_destructible_v<stored>) {
       if (has_ == kValue) value_.~stored();
     }
-    if (has_ == kError) error_.~exception_ptr();
+    if (has_ == kError) destroy_error();
   }
 
   // capture calls f and keeps its result or its exception; never throws.
@@ -82,6 +82,12 @@ class outcome {
   }
 
  private:
+  // Out of line: inlined into ~outcome, GCC's -Wmaybe-uninitialized took
+  // the union's exception_ptr for uninitialized on the value path (a false
+  // positive, an error in programs built with -Werror), and the path is
+  // cold anyway.
+  [[gnu::cold, gnu::noinline]] void destroy_error() noexcept { error_.~exception_ptr(); }
+
   enum : unsigned char { kNothing, kValue, kError };
   union {
     stored value_;
