@@ -82,10 +82,10 @@ std::uint64_t check_id(thread_ref t, const char* what) {
 
 }  // namespace
 
-void throw_to_ptr(thread_ref ref, std::exception_ptr e) {
-  Thread* cur = current("capstan::throw_to");
+void throw_to_ptr(thread_ref ref, std::exception_ptr e, const char* what) {
+  Thread* cur = current(what);
   if (ref.id == cur->id) std::rethrow_exception(std::move(e));  // to self: synchronous
-  check_id(ref, "capstan::throw_to");
+  check_id(ref, what);
   rts::enable_wait_locks();
   Thread* t = rts::thread_of(ref);
   if (!t || main_has_returned(t, ref.id)) {

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <exception>
 
+#include <fmt/format.h>
+
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
 #include "io/io_manager.hpp"
@@ -18,6 +20,7 @@
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
+#include "thread/dump.hpp"
 
 namespace capstan::detail {
 
@@ -102,7 +105,11 @@ void mvar_core::raise_outcome(const waiter& w) {
     case waiter::served:
     case waiter::timed_out: return;
     case waiter::killed: throw thread_killed{};  // by shutdown
-    case waiter::orphaned: throw blocked_indefinitely{};
+    case waiter::orphaned:  // GHC's message for an mvar; the primitive's name for the rest
+      if (w.what == waiter::mvar) throw blocked_indefinitely{};
+      throw blocked_indefinitely(fmt::format(
+          "thread blocked indefinitely in a {}: what it waited on was destroyed",
+          rts::what_name(w.what)));
     case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
     case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();

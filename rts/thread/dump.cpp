@@ -58,9 +58,7 @@ namespace capstan::rts {
 //    race is deliberate: the owners' plain stores stay plain, so the hot
 //    paths pay nothing for dumps.
 
-namespace {
-
-const char* what_name(std::uint8_t what) {
+const char* what_name(std::uint8_t what) noexcept {
   using W = detail::waiter;
   switch (what) {
     case W::mvar: return "mvar";
@@ -79,6 +77,8 @@ const char* what_name(std::uint8_t what) {
     default: return "blocking primitive";
   }
 }
+
+namespace {
 
 const char* op_name(std::uint8_t op) {
   switch (op) {

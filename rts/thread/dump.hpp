@@ -22,6 +22,10 @@ template <class T>
   return v;
 }
 
+// what_name names what a waiter waits in (detail::waiter::what_t), as
+// dumps and errors say it: "mutex lock", "chan read", ...
+const char* what_name(std::uint8_t what) noexcept;
+
 // dump_all_threads writes the listing of every live green thread, headed by
 // `why`, to f.  Any OS thread while the Runtime exists (a green thread, the
 // IO manager's thread on SIGQUIT, the ticker); takes every all_lock in turn.

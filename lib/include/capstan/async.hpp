@@ -149,7 +149,11 @@ class async_group {
   // Room for every child's report is reserved here, where bad_alloc may
   // still be thrown: a report, sent from a noexcept destructor, then never
   // allocates (Note [Async threads]).
-  explicit async_group(std::size_t n) : ids_(n), reported_(n, 0) { done_.reserve(n); }
+  // `what` names the public call in the error a plain OS thread gets.
+  async_group(std::size_t n, const char* what) : ids_(n), reported_(n, 0) {
+    mvar_core::blocking_point(what);
+    done_.reserve(n);
+  }
   async_group(const async_group&) = delete;
   async_group& operator=(const async_group&) = delete;
   // The destructor cancels: see Note [Async threads].
@@ -259,7 +263,7 @@ class async {
  private:
   struct state {
     detail::async_slot<R> slot;       // destroyed after group: the child writes it
-    detail::async_group group{1};
+    detail::async_group group{1, "capstan::async"};
     bool waited = false;              // [owner: the async's user]
   };
   state& get(const char* what) {
@@ -282,7 +286,7 @@ auto race(F&& f, G&& g) {
   using B = detail::async_value_t<std::invoke_result_t<std::decay_t<G>&>>;
   detail::async_slot<std::invoke_result_t<std::decay_t<F>&>> sa;
   detail::async_slot<std::invoke_result_t<std::decay_t<G>&>> sb;
-  detail::async_group group(2);  // after the slots: cancels before they go
+  detail::async_group group(2, "capstan::race");  // after the slots: cancels before they go
   group.start(0, sa, std::forward<F>(f));
   group.start(1, sb, std::forward<G>(g));
   std::size_t first = group.next_finished();
@@ -300,7 +304,7 @@ auto concurrently(F&& f, G&& g) {
   using B = detail::async_value_t<std::invoke_result_t<std::decay_t<G>&>>;
   detail::async_slot<std::invoke_result_t<std::decay_t<F>&>> sa;
   detail::async_slot<std::invoke_result_t<std::decay_t<G>&>> sb;
-  detail::async_group group(2);
+  detail::async_group group(2, "capstan::concurrently");
   group.start(0, sa, std::forward<F>(f));
   group.start(1, sb, std::forward<G>(g));
   for (int k = 0; k < 2; ++k) {
@@ -328,7 +332,7 @@ auto map_concurrently(Range&& r, F&& f) {
   std::vector<Held> items;
   for (auto&& x : r) items.emplace_back(std::forward<decltype(x)>(x));
   std::vector<detail::async_slot<R>> slots(items.size());
-  detail::async_group group(items.size());  // after the slots: cancels before they go
+  detail::async_group group(items.size(), "capstan::map_concurrently");  // after the slots: cancels before they go
   for (std::size_t i = 0; i < items.size(); ++i)
     group.start(i, slots[i], [&f, &item = items[i]]() -> R {
       if constexpr (std::is_lvalue_reference_v<E>) return f(item.get());

@@ -24,7 +24,8 @@ enum class thread_state : std::uint8_t { running, blocked, finished, died };
 
 namespace detail {
 // The runtime's halves (rts/exception/); not part of the API.
-void throw_to_ptr(thread_ref t, std::exception_ptr e);
+// `what` names the public call in errors.
+void throw_to_ptr(thread_ref t, std::exception_ptr e, const char* what = "capstan::throw_to");
 const std::exception_ptr& thread_killed_ptr();
 mask_state set_mask(mask_state s);  // returns the previous state
 mask_state raise_mask(mask_state at_least);  // masks at least this much; returns the previous
@@ -77,7 +78,9 @@ void throw_to(thread_id t, E e) {
 }
 
 // kill_thread is throw_to(t, thread_killed{}).
-inline void kill_thread(thread_id t) { detail::throw_to_ptr(t.ref(), detail::thread_killed_ptr()); }
+inline void kill_thread(thread_id t) {
+  detail::throw_to_ptr(t.ref(), detail::thread_killed_ptr(), "capstan::kill_thread");
+}
 
 // mask_restore, given to mask's function, runs a function with the mask
 // state that was in force before that mask (GHC's restore).

@@ -1,0 +1,83 @@
+// misuse_test.cpp - each misuse gets an error naming the call the program
+// made, not the runtime function it happened to reach first (Misuse errors
+// in docs/api.md): kill_thread, label_thread, async and race outside the
+// runtime, and a waiter whose primitive was destroyed under it.
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "capstan_test.hpp"
+
+namespace {
+
+std::string message_of(auto&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
+  capstan::run(capstan_test::opts(1), [] {
+    std::string m = message_of([] { capstan::kill_thread(capstan::thread_id{}); });
+    EXPECT_NE(m.find("capstan::kill_thread"), std::string::npos) << m;
+    m = message_of([] { capstan::throw_to(capstan::thread_id{}, std::runtime_error("x")); });
+    EXPECT_NE(m.find("capstan::throw_to"), std::string::npos) << m;
+    // label_thread with an id that names no thread: an error, as state_of
+    // gives (it was silently ignored).
+    EXPECT_THROW(capstan::label_thread(capstan::thread_id{}, "x"), capstan::usage_error);
+    m = message_of([] { capstan::label_thread(capstan::thread_id{}, "x"); });
+    EXPECT_NE(m.find("capstan::label_thread"), std::string::npos) << m;
+    // A finished thread's id is fine: labelling it does nothing.
+    capstan::thread_id done = capstan::fork_io([] {});
+    while (capstan::state_of(done) != capstan::thread_state::finished) capstan::yield();
+    EXPECT_NO_THROW(capstan::label_thread(done, "late"));
+  });
+  // Outside the runtime: the error names async / race, not mask.
+  std::string m = message_of([] { capstan::async a([] { return 1; }); });
+  EXPECT_NE(m.find("capstan::async"), std::string::npos) << m;
+  m = message_of([] { capstan::race([] { return 1; }, [] { return 2; }); });
+  EXPECT_NE(m.find("capstan::race"), std::string::npos) << m;
+  m = message_of([] { capstan::concurrently([] { return 1; }, [] { return 2; }); });
+  EXPECT_NE(m.find("capstan::concurrently"), std::string::npos) << m;
+}
+
+// A thread blocked on a primitive that is destroyed under it is told which
+// primitive: "mutex lock", not "mvar operation" (an mvar keeps GHC's
+// message).
+TEST(Misuse, AWaiterOnADestroyedPrimitiveIsToldWhichOne) {
+  capstan::run(capstan_test::opts(1), [] {
+    std::string got;
+    auto mu = std::make_unique<capstan::mutex>();
+    mu->lock();
+    capstan::thread_id t = capstan::fork_io([&] {
+      try {
+        mu->lock();
+      } catch (const capstan::blocked_indefinitely& e) {
+        got = e.what();
+      }
+    });
+    while (capstan::state_of(t) != capstan::thread_state::blocked) capstan::yield();
+    mu.reset();  // destroyed while t waits: t gets blocked_indefinitely
+    while (capstan::state_of(t) != capstan::thread_state::finished) capstan::yield();
+    EXPECT_NE(got.find("mutex lock"), std::string::npos) << got;
+    std::string mvar_got;
+    auto mv = std::make_unique<capstan::mvar<int>>();
+    capstan::thread_id u = capstan::fork_io([&] {
+      try {
+        mv->take();
+      } catch (const capstan::blocked_indefinitely& e) {
+        mvar_got = e.what();
+      }
+    });
+    while (capstan::state_of(u) != capstan::thread_state::blocked) capstan::yield();
+    mv.reset();
+    while (capstan::state_of(u) != capstan::thread_state::finished) capstan::yield();
+    EXPECT_EQ(mvar_got, "thread blocked indefinitely in an mvar operation");
+  });
+}
+
+}  // namespace
