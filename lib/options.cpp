@@ -25,10 +25,9 @@ constexpr std::size_t kMaxStack = std::size_t{1} << 30;
   throw options_error(fmt::format("capstan: bad RTS flag '{}'{}: {}", flag, where, accepted));
 }
 
-// Parses "<number>[k|K|m|M|g|G]" into bytes; false if malformed.
-// plain_number: s starts with a decimal digit (or '.') and holds no hex
-// digits or exponent markers of another base: strtod and strtoul alone would
-// take " 2", "+2" and "0x10".
+// plain_number: s starts with a decimal digit (or '.') and is not in
+// another base (no 0x, no binary exponent): strtod and strtoul alone would
+// take " 2", "+2" and "0x10".  A decimal exponent (1e-2) is fine.
 bool plain_number(const char* s) {
   if (!(std::isdigit(static_cast<unsigned char>(*s)) || *s == '.')) return false;
   for (const char* p = s; *p; ++p)
@@ -36,6 +35,7 @@ bool plain_number(const char* s) {
   return true;
 }
 
+// Parses "<number>[k|K|m|M|g|G]" into bytes; false if malformed.
 bool parse_size(const char* s, std::size_t& out) {
   if (!plain_number(s)) return false;
   char* end = nullptr;

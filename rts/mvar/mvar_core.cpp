@@ -4,6 +4,7 @@
 #include "capstan/detail/mvar_core.hpp"
 
 #include <sys/sysinfo.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstring>
@@ -37,7 +38,11 @@ bool spin_before_blocking() noexcept {
 
 std::size_t memory_limit_bytes() noexcept {
   struct sysinfo si {};
-  if (::sysinfo(&si) != 0) return SIZE_MAX;
+  if (::sysinfo(&si) != 0) {  // physical memory alone, else no more than the address space
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+    return static_cast<std::size_t>(PTRDIFF_MAX);
+  }
   unsigned __int128 total = (static_cast<unsigned __int128>(si.totalram) + si.totalswap) * si.mem_unit;
   return total > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(total);
 }

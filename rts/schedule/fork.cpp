@@ -148,15 +148,20 @@ void count_ended_by(const std::exception_ptr& e) noexcept {
   rts::Task* task = rts::my_task();
   if (!e || !task || !task->cap) return;
   rts::Capability* cap = task->cap;
+  rts::Thread* self = cap->current;
   try {
     std::rethrow_exception(e);
   } catch (const thread_killed&) {
     cap->threads_killed.add();
+    self->trace_killed = true;
   } catch (const blocked_indefinitely&) {
     cap->threads_blocked_indefinitely.add();
   } catch (...) {
   }
   cap->threads_died.add();
+  // Not rt.fates.died: the thread itself finishes - its wrapper caught the
+  // exception - and state_of says finished, as GHC's threadStatus does for
+  // an async's thread.
 }
 
 }  // namespace capstan::detail

@@ -106,7 +106,10 @@ bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
 Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) noexcept {
   for (SpinWait spin;; spin.turn()) {
     t->wait_lock.lock();
-    if (t->live_id.load(std::memory_order_relaxed) != id) {
+    // Main whose function has returned counts as finished: Note [Main at
+    // shutdown] (shutdown/shutdown.cpp; seq_cst, against its store there).
+    if (t->live_id.load(std::memory_order_relaxed) != id ||
+        (t->is_main && rt.shutting_down.load(std::memory_order_seq_cst))) {
       t->wait_lock.unlock();
       return Posted::gone;
     }
@@ -198,8 +201,12 @@ void finish_pending(Thread* self) noexcept {
     self->live_id.store(0, std::memory_order_relaxed);
     return;
   }
+  settle_pending(self, /*finished=*/true);
+}
+
+void settle_pending(Thread* self, bool finished) noexcept {
   self->wait_lock.lock();
-  self->live_id.store(0, std::memory_order_relaxed);
+  if (finished) self->live_id.store(0, std::memory_order_relaxed);
   ThrowMsg* list = self->pending_head;
   self->pending_head = self->pending_tail = nullptr;
   self->async_pending.store(false, std::memory_order_relaxed);

@@ -62,6 +62,10 @@ bool retract_throw(Thread* t, ThrowMsg* m) noexcept;
 // finish_pending, when `self` finishes: it is no longer a target, and
 // every thrower still waiting is told so (target_finished).
 void finish_pending(Thread* self) noexcept;
+// settle_pending ends every throw queued on self as if self had finished
+// (the throwers return), and if `finished` marks self finished for new
+// ones; finish_pending is it for a thread that ends.
+void settle_pending(Thread* self, bool finished) noexcept;
 
 // enable_wait_locks turns on Thread::wait_lock for every blocker and waker
 // and returns once nobody can still be skipping it (Note [Wait locks]).

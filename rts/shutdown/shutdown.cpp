@@ -231,20 +231,29 @@ void report_abandoned(bool stuck) {
 // Once main's function has returned, main is the runtime's: it runs this
 // protocol, and an exception raised in it would leave the protocol half
 // done - the capabilities never stopped, run() never returning.  Yet a
-// thread that shutdown kills may well throw to main from its handler
-// (Haskell's `link`: "if I die, kill main").  So main stops taking
-// asynchronous exceptions here: a throw_to or kill_thread that finds
-// shutting_down set treats main as finished and returns at once (GHC's
-// throwTo to a finished thread), and main masks itself uninterruptibly for
-// a throw posted in the moment before, whose thrower, interruptible while
-// it waits for the throw to land, takes it back when the next sweep kills
-// it.  Tested by ShutdownPolicy.AThreadThatKillsMainWhileItIsKilledDoesNotStopShutdown
+// thread that shutdown kills may well throw to main from its handler or a
+// destructor (Haskell's `link`: "if I die, kill main").  So from here main
+// counts as finished for throwers (GHC's throwTo to a finished thread:
+// nothing happens, and the thrower returns):
+//  * post_throw, under main's wait_lock, refuses a throw once
+//    shutting_down is set (throw_to and kill_thread also look first);
+//  * main masks itself uninterruptibly, then stores shutting_down, then
+//    settles, under the same wait_lock, every throw queued on it before
+//    (a thrower that found main masked and waits for its throw to land;
+//    it may be one that shutdown will not kill - blocked while unwinding -
+//    so waiting for a sweep to take the throw back is not enough).
+// The lock orders each post before the settling (settled) or after it
+// (it sees shutting_down).  Tested by
+// Shutdown.ThreadsThatThrowToMainFromTheirHandlersDoNotStopShutdown and
+// Shutdown.AThrowQueuedOnMaskedMainIsSettledAtShutdown
 // (tests/rts/shutdown/shutdown_test.cpp).
 void shutdown_protocol() {
   process.accepting_incalls.store(false, std::memory_order_seq_cst);  // Note [In-calls]
-  my_task()->cap->current->mask = Mask::uninterruptible;  // Note [Main at shutdown]
+  Thread* self = my_task()->cap->current;
+  self->mask = Mask::uninterruptible;  // Note [Main at shutdown]
   rt.shutting_down.store(true, std::memory_order_seq_cst);
   enable_wait_locks();  // Note [Wait locks] in schedule/raise.cpp
+  settle_pending(self, /*finished=*/false);
   sample_peaks();
   rt.arena.keep_memory();  // Note [Keeping stacks at shutdown] in storage/stack.cpp
   for (Capability* c : rt.caps) {

@@ -63,16 +63,50 @@ struct PutsWhenDestroyed {
   asm volatile("" ::: "memory");  // keeps this frame: no tail call
 }
 
-// A thread blocked in a destructor while unwinding is not interrupted,
-// but it is an ordinary waiter: another thread unwinding at the same
-// shutdown can fill its mvar, and then it finishes its unwinding and
-// nothing is abandoned (the fixture checks that).
 // Note [Main at shutdown]: threads that shutdown kills throw to main from
 // their handlers (Haskell's `link`), with kill_thread and with throw_to of
-// an ordinary exception, some while main is still inside its function and
-// some after.  run() must return main's result and account for everyone;
-// before, main raised the exception inside the shutdown protocol and run()
-// never returned.
+// an ordinary exception, once main's function has returned.  run() must
+// return main's result and account for everyone; before, main raised the
+// exception inside the shutdown protocol and run() never returned.
+// Guard throws to main from its destructor, as a `link` does.
+struct KillsMainWhenDestroyed {
+  capstan::thread_id main_id;
+  std::atomic<int>* posted;
+  ~KillsMainWhenDestroyed() {
+    posted->fetch_add(1);
+    capstan::kill_thread(main_id);  // main is masked: waits for it to land
+  }
+};
+
+// Note [Main at shutdown]: throws queued on main while it was masked, one
+// from a handler and one from a destructor during unwinding (a thread
+// shutdown does not kill while it unwinds), are settled when main's
+// function returns: the throwers return and finish; nothing is abandoned.
+TEST_P(Shutdown, AThrowQueuedOnMaskedMainIsSettledAtShutdown) {
+  std::atomic<int> posted{0}, returned{0};
+  int r = run([&] {
+    capstan::detail::set_mask(capstan::mask_state::masked_uninterruptible);
+    capstan::thread_id main_id = capstan::self();
+    capstan::thread_id a = capstan::fork_io([&posted, &returned, main_id] {
+      posted.fetch_add(1);
+      capstan::kill_thread(main_id);
+      returned.fetch_add(1);
+    });
+    capstan::thread_id b = capstan::fork_io([&posted, main_id] {
+      KillsMainWhenDestroyed g{main_id, &posted};
+      throw std::runtime_error("b fails; its guard kills main");
+    });
+    while (posted.load() < 2 || capstan::state_of(a) != capstan::thread_state::blocked ||
+           capstan::state_of(b) != capstan::thread_state::blocked)
+      capstan::yield();
+    return 42;  // still masked: the two kills never land
+  });
+  EXPECT_EQ(r, 42);
+  EXPECT_EQ(returned.load(), 1) << "the handler's kill_thread never returned";
+  auto s = capstan::statistics();
+  EXPECT_EQ(s.threads_abandoned, 0u);
+}
+
 TEST_P(Shutdown, ThreadsThatThrowToMainFromTheirHandlersDoNotStopShutdown) {
   constexpr int kThreads = 40;
   std::atomic<int> handlers{0}, started{0};
@@ -104,6 +138,10 @@ TEST_P(Shutdown, ThreadsThatThrowToMainFromTheirHandlersDoNotStopShutdown) {
   EXPECT_EQ(s.threads_abandoned, 0u);
 }
 
+// A thread blocked in a destructor while unwinding is not interrupted,
+// but it is an ordinary waiter: another thread unwinding at the same
+// shutdown can fill its mvar, and then it finishes its unwinding and
+// nothing is abandoned (the fixture checks that).
 TEST_P(Shutdown, ABlockedUnwindingThreadWokenByAnotherFinishes) {
   // Every mvar outlives run(): one destroyed under its waiters would end
   // them with blocked_indefinitely, not thread_killed.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <ratio>
 #include <type_traits>
 
@@ -21,22 +22,27 @@ namespace capstan::detail {
 inline constexpr long long kMaxWaitNs = 1LL << 62;
 
 namespace duration_impl {
-inline constexpr long long clamp(__int128 x) noexcept {
+// GCC's and Clang's 128-bit integer; __extension__ keeps -Wpedantic quiet.
+__extension__ typedef __int128 wide;
+
+inline constexpr long long clamp(wide x) noexcept {
   return x > kMaxWaitNs ? kMaxWaitNs : x < -kMaxWaitNs ? -kMaxWaitNs : static_cast<long long>(x);
 }
 template <class Rep, class Period>
-constexpr __int128 wide_ns(const std::chrono::duration<Rep, Period>& d) noexcept {
+constexpr wide wide_ns(const std::chrono::duration<Rep, Period>& d) noexcept {
   using PerNs = std::ratio_multiply<Period, std::giga>;  // nanoseconds per tick
   if constexpr (std::is_floating_point_v<Rep>) {
-    long double x = static_cast<long double>(d.count()) * PerNs::num / PerNs::den;
+    // In the type duration_cast computes in, so the same value comes out.
+    using C = std::common_type_t<long long, Rep, std::intmax_t>;
+    C x = static_cast<C>(d.count()) * static_cast<C>(PerNs::num) / static_cast<C>(PerNs::den);
     if (!(x == x)) return 0;  // NaN: no time
-    constexpr long double lim = static_cast<long double>(kMaxWaitNs) * 2;
-    if (x > lim) return static_cast<__int128>(kMaxWaitNs) * 2;
-    if (x < -lim) return -static_cast<__int128>(kMaxWaitNs) * 2;
-    return static_cast<__int128>(x);
+    constexpr C lim = static_cast<C>(kMaxWaitNs) * 2;
+    if (x > lim) return static_cast<wide>(kMaxWaitNs) * 2;
+    if (x < -lim) return -static_cast<wide>(kMaxWaitNs) * 2;
+    return static_cast<wide>(x);
   } else {
     // Truncated toward zero, as duration_cast truncates.
-    return static_cast<__int128>(d.count()) * PerNs::num / PerNs::den;
+    return static_cast<wide>(d.count()) * PerNs::num / PerNs::den;
   }
 }
 }  // namespace duration_impl
