@@ -45,38 +45,42 @@ TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
   EXPECT_NE(m.find("capstan::concurrently"), std::string::npos) << m;
 }
 
+// what_a_waiter_is_told: a thread blocks with wait(*p) on a primitive made
+// by make(); the primitive is destroyed under it; the message of the
+// blocked_indefinitely it gets.
+template <class Make, class Wait>
+std::string what_a_waiter_is_told(Make make, Wait wait) {
+  std::string got;
+  auto p = make();
+  capstan::thread_id t = capstan::fork_io([&] {
+    try {
+      wait(*p);
+    } catch (const capstan::blocked_indefinitely& e) {
+      got = e.what();
+    }
+  });
+  while (capstan::state_of(t) != capstan::thread_state::blocked) capstan::yield();
+  p.reset();  // destroyed while t waits: t gets blocked_indefinitely
+  while (capstan::state_of(t) != capstan::thread_state::finished) capstan::yield();
+  return got;
+}
+
 // A thread blocked on a primitive that is destroyed under it is told which
 // primitive: "mutex lock", not "mvar operation" (an mvar keeps GHC's
 // message).
 TEST(Misuse, AWaiterOnADestroyedPrimitiveIsToldWhichOne) {
   capstan::run(capstan_test::opts(1), [] {
-    std::string got;
-    auto mu = std::make_unique<capstan::mutex>();
-    mu->lock();
-    capstan::thread_id t = capstan::fork_io([&] {
-      try {
-        mu->lock();
-      } catch (const capstan::blocked_indefinitely& e) {
-        got = e.what();
-      }
-    });
-    while (capstan::state_of(t) != capstan::thread_state::blocked) capstan::yield();
-    mu.reset();  // destroyed while t waits: t gets blocked_indefinitely
-    while (capstan::state_of(t) != capstan::thread_state::finished) capstan::yield();
+    std::string got = what_a_waiter_is_told(
+        [] {
+          auto mu = std::make_unique<capstan::mutex>();
+          mu->lock();
+          return mu;
+        },
+        [](capstan::mutex& mu) { mu.lock(); });
     EXPECT_NE(got.find("mutex lock"), std::string::npos) << got;
-    std::string mvar_got;
-    auto mv = std::make_unique<capstan::mvar<int>>();
-    capstan::thread_id u = capstan::fork_io([&] {
-      try {
-        mv->take();
-      } catch (const capstan::blocked_indefinitely& e) {
-        mvar_got = e.what();
-      }
-    });
-    while (capstan::state_of(u) != capstan::thread_state::blocked) capstan::yield();
-    mv.reset();
-    while (capstan::state_of(u) != capstan::thread_state::finished) capstan::yield();
-    EXPECT_EQ(mvar_got, "thread blocked indefinitely in an mvar operation");
+    got = what_a_waiter_is_told([] { return std::make_unique<capstan::mvar<int>>(); },
+                                [](capstan::mvar<int>& m) { m.take(); });
+    EXPECT_EQ(got, "thread blocked indefinitely in an mvar operation");
   });
 }
 

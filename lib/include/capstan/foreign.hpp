@@ -65,14 +65,7 @@ bool is_bound();
 template <class F>
 auto call_in(F&& f) -> std::invoke_result_t<F&> {
   detail::outcome<std::invoke_result_t<F&>> out;
-  auto counted = [&]() -> decltype(auto) {
-    try {
-      return f();
-    } catch (...) {
-      detail::count_ended_by(std::current_exception());  // for statistics()
-      throw;
-    }
-  };
+  auto counted = detail::counting(f);  // for statistics()
   auto body = [&] { out.capture(counted); };
   detail::call_in_raw([](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
   return out.get();

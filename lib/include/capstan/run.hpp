@@ -18,14 +18,7 @@ namespace capstan {
 template <class F>
 auto run(const options& opts, F&& main) -> std::invoke_result_t<F&> {
   detail::outcome<std::invoke_result_t<F&>> out;
-  auto counted = [&]() -> decltype(auto) {
-    try {
-      return main();
-    } catch (...) {
-      detail::count_ended_by(std::current_exception());  // for statistics()
-      throw;
-    }
-  };
+  auto counted = detail::counting(main);  // for statistics()
   auto body = [&] { out.capture(counted); };
   detail::run_main(&opts, [](void* b) { (*static_cast<decltype(body)*>(b))(); }, &body);
   return out.get();

@@ -100,6 +100,20 @@ void safe_point();
 // on that thread.
 void count_ended_by(const std::exception_ptr& e) noexcept;
 
+// counting(f) is f, calling count_ended_by with whatever f throws on its
+// way out (run's main and call_in's function).
+template <class F>
+auto counting(F& f) {
+  return [&f]() -> decltype(auto) {
+    try {
+      return f();
+    } catch (...) {
+      count_ended_by(std::current_exception());
+      throw;
+    }
+  };
+}
+
 // run_main runs fn(ctx) as the bound main green thread of a new runtime.
 struct options_ref;
 void run_main(const void* opts, void (*fn)(void*), void* ctx);
