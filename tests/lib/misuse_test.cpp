@@ -2,6 +2,7 @@
 // made, not the runtime function it happened to reach first (Misuse errors
 // in docs/api.md): kill_thread, label_thread, async and race outside the
 // runtime, and a waiter whose primitive was destroyed under it.
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,7 @@ std::string message_of(auto&& f) {
 }
 
 TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
+  std::string m;
   capstan::run(capstan_test::opts(1), [] {
     std::string m = message_of([] { capstan::kill_thread(capstan::thread_id{}); });
     EXPECT_NE(m.find("capstan::kill_thread"), std::string::npos) << m;
@@ -36,8 +38,16 @@ TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
     while (capstan::state_of(done) != capstan::thread_state::finished) capstan::yield();
     EXPECT_NO_THROW(capstan::label_thread(done, "late"));
   });
+  // A wait_group count that would overflow says so (it said "went negative").
+  capstan::wait_group wg;
+  wg.add(PTRDIFF_MAX);
+  m = message_of([&] { wg.add(1); });
+  EXPECT_NE(m.find("overflow"), std::string::npos) << m;
+  wg.add(-PTRDIFF_MAX);  // the failed add left the count as it was
+  m = message_of([&] { wg.done(); });
+  EXPECT_NE(m.find("went negative"), std::string::npos) << m;
   // Outside the runtime: the error names async / race, not mask.
-  std::string m = message_of([] { capstan::async a([] { return 1; }); });
+  m = message_of([] { capstan::async a([] { return 1; }); });
   EXPECT_NE(m.find("capstan::async"), std::string::npos) << m;
   m = message_of([] { capstan::race([] { return 1; }, [] { return 2; }); });
   EXPECT_NE(m.find("capstan::race"), std::string::npos) << m;

@@ -33,10 +33,15 @@ class wait_group {
   void add(std::ptrdiff_t n) {
     // acq_rel: release publishes this task's work to the waiter woken by
     // the last decrement; acquire orders the zero check after the others.
-    std::ptrdiff_t now = count_.fetch_add(n, std::memory_order_acq_rel) + n;
-    if (now < 0) {
+    // (An atomic's fetch_add wraps; the sum is checked here.)
+    std::ptrdiff_t now;
+    bool overflow = __builtin_add_overflow(count_.fetch_add(n, std::memory_order_acq_rel), n, &now);
+    if (overflow || now < 0) {
       count_.fetch_sub(n, std::memory_order_relaxed);
-      throw usage_error("capstan::wait_group: the count went negative (more done() than add())");
+      throw usage_error(overflow ? "capstan::wait_group::add: the count would overflow (more than "
+                                   "PTRDIFF_MAX tasks outstanding)"
+                                 : "capstan::wait_group: the count went negative (more done() than "
+                                   "add())");
     }
     if (now == 0 && n != 0) wake_all();
   }
