@@ -274,6 +274,11 @@ void mvar_core::blocking_point(const char* what) {
 }
 bool mvar_core::can_block() noexcept { return rts::green_task() != nullptr; }
 
+void mvar_core::cannot_block(const char* what, const char* plain) {
+  if (rts::my_task()) rts::require_green_thread(what);  // inside safe_call: throws its message
+  throw usage_error(plain);
+}
+
 void wake_list::more(Thread* t) noexcept {
   t->link = nullptr;  // t is dequeued and not yet runnable: link is free
   if (chain_tail_) chain_tail_->link = t; else chain_ = t;

@@ -33,6 +33,10 @@ TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
     EXPECT_THROW(capstan::label_thread(capstan::thread_id{}, "x"), capstan::usage_error);
     m = message_of([] { capstan::label_thread(capstan::thread_id{}, "x"); });
     EXPECT_NE(m.find("capstan::label_thread"), std::string::npos) << m;
+    // A chan read that would block inside safe_call gets safe_call's message.
+    capstan::chan<int> c;
+    std::string in_call = capstan::safe_call([&] { return message_of([&] { c.read(); }); });
+    EXPECT_NE(in_call.find("inside capstan::safe_call"), std::string::npos) << in_call;
     // A finished thread's id is fine: labelling it does nothing.
     capstan::thread_id done = capstan::fork_io([] {});
     while (capstan::state_of(done) != capstan::thread_state::finished) capstan::yield();

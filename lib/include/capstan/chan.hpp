@@ -371,7 +371,8 @@ class chan {
   bool block_or_serve(op& g, detail::waiter& w, std::optional<T>& dest) {
     if (!g.woken.empty()) g.wake_now();  // served by take_now: park would not wake them
     if (!detail::mvar_core::can_block())
-      throw usage_error(
+      detail::mvar_core::cannot_block(
+          "capstan::chan::read",
           "capstan::chan: read/read_for would block on an OS thread that is not running a "
           "green thread; block only inside capstan::run, or use try_read from other threads");
     w.kind = detail::waiter::take;

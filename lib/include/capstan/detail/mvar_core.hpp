@@ -192,6 +192,10 @@ class mvar_core {
   // can_block tells whether the caller could park here: it runs a green
   // thread (not a plain OS thread, nor one inside safe_call).
   static bool can_block() noexcept;
+  // cannot_block throws the usage_error for a caller that may not park
+  // (can_block() false): inside safe_call the message that says so and
+  // names `what`, else `plain` (on an OS thread running no green thread).
+  [[noreturn]] static void cannot_block(const char* what, const char* plain);
 
   // blocking_point is the entry of a blocking call built on mvar_core (the
   // sync primitives): a safe point, and a usage_error naming `what` unless
