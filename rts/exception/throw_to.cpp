@@ -63,14 +63,6 @@ void wait_landed(landing& l) {
 
 Thread* current(const char* what) { return rts::require_green_thread(what)->cap->current; }
 
-// main_has_returned: t is main and its function has returned (shutdown has
-// begun, Note [Main at shutdown] in shutdown/shutdown.cpp): for a thrower
-// it has finished.
-bool main_has_returned(const Thread* t, std::uint64_t id) {
-  return t->is_main && t->live_id.load(std::memory_order_relaxed) == id &&
-         rts::rt.shutting_down.load(std::memory_order_acquire);
-}
-
 std::uint64_t check_id(thread_ref t, const char* what) {
   if (t.id == 0)
     throw usage_error(fmt::format("{}: the default thread_id names no thread; use the id that "
@@ -88,7 +80,7 @@ void throw_to_ptr(thread_ref ref, std::exception_ptr e, const char* what) {
   check_id(ref, what);
   rts::enable_wait_locks();
   Thread* t = rts::thread_of(ref);
-  if (!t || main_has_returned(t, ref.id)) {
+  if (!t) {
     safe_point();
     return;  // finished: nothing to do
   }

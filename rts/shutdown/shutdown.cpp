@@ -235,8 +235,10 @@ void report_abandoned(bool stuck) {
 // destructor (Haskell's `link`: "if I die, kill main").  So from here main
 // counts as finished for throwers (GHC's throwTo to a finished thread:
 // nothing happens, and the thrower returns):
-//  * post_throw, under main's wait_lock, refuses a throw once
-//    shutting_down is set (throw_to and kill_thread also look first);
+//  * post_throw, under main's wait_lock and once it has matched main's
+//    live id (so that the Thread object is main's), refuses a throw once
+//    shutting_down is set: throw_to and kill_thread return as for a
+//    finished thread;
 //  * main masks itself uninterruptibly, then stores shutting_down, then
 //    settles, under the same wait_lock, every throw queued on it before
 //    (a thrower that found main masked and waits for its throw to land;
