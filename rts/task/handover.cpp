@@ -160,8 +160,9 @@ Task* pop_spare(Capability* cap) noexcept {
 //     as it watches a safe call that blocks (Note [Deferred hand-off] in
 //     foreign/safe_call.cpp): every other poll (about every 100 us) while
 //     the capability stays free with work, it grabs the capability and
-//     comes back here - to a bound thread's Task if one has become
-//     runnable, else to a new try at a spare.
+//     comes back here: to a spare if one sleeps or can now be started,
+//     else (refused again) to a bound thread's Task if one has become
+//     runnable, else to the release again.
 //  3. The release is the releaser's half of the hand-shake of Note
 //     [Handing over a capability]: a push to the inbox that saw the
 //     capability held is looked at again, so a bound thread arriving
