@@ -21,6 +21,10 @@ struct OwnerCounter {
   [[gnu::always_inline]] void add(std::uint64_t n = 1) noexcept {
     v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
+  // undo takes back an add whose event did not happen (still the owner).
+  void undo(std::uint64_t n = 1) noexcept {
+    v.store(v.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+  }
   std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 

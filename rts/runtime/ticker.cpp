@@ -113,7 +113,7 @@ bool Ticker::retake_deferred() {
     // poll, so it blocks; give the waiting work a spare Task.
     if (waiting && d != 0 && d == seen_[c->no] && !rt.stop.load(std::memory_order_relaxed) &&
         try_grab_capability(c)) {
-      if (give_capability_to_spare(c)) c->safe_call_handoffs.add();
+      give_capability_to_spare(c, &c->safe_call_handoffs);
       waiting = false;
     }
     seen_[c->no] = d;

@@ -229,8 +229,9 @@ void strand(Capability* cap) noexcept {
 
 }  // namespace
 
-bool give_capability_to_spare(Capability* cap) noexcept {
+bool give_capability_to_spare(Capability* cap, OwnerCounter* handed) noexcept {
   if (Task* spare = pop_spare(cap)) {
+    if (handed) handed->add();  // before the give: we stop owning cap's counters
     give_capability_to_task(spare, cap, nullptr);
     return true;
   }
@@ -239,6 +240,7 @@ bool give_capability_to_spare(Capability* cap) noexcept {
     cap->hold.store(Hold::free, std::memory_order_seq_cst);
     return false;
   }
+  if (handed) handed->add();  // before the give (see above); undone if refused
   try {
     Task* spare = new_task(TaskKind::worker);
     spare->last_cap = cap;
@@ -253,6 +255,7 @@ bool give_capability_to_spare(Capability* cap) noexcept {
   } catch (...) {
     report_refused_spare(cap, "unknown error");
   }
+  if (handed) handed->undo();  // no thread started: we still own cap
   strand(cap);
   return false;
 }

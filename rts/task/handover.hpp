@@ -23,7 +23,10 @@ bool wait_for_capability(Task* task) noexcept;
 // if a spare took it.  False if the OS refused the thread: then cap went
 // to a bound thread's Task or back to free, watched by the ticker (Note
 // [No OS thread for a spare] in handover.cpp), or the runtime has stopped.
-bool give_capability_to_spare(Capability* cap) noexcept;
+// `handed`, if given, is a counter of cap's that counts the hand-over: bumped
+// while the caller still holds cap, so a reader who sees the spare's work
+// sees the count (the ticker's safe_call_handoffs).
+bool give_capability_to_spare(Capability* cap, OwnerCounter* handed = nullptr) noexcept;
 
 // release_capability gives up the capability `task` holds for good: to the
 // Task a runnable bound thread needs, to a spare if there is work, else it
