@@ -223,7 +223,7 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
     task->native_stack_size = saved_size;
     task->tsan_fiber = saved_fiber;
     if (got) {
-      got->hold.store(Hold::free, std::memory_order_seq_cst);
+      got->hold.exchange(Hold::free, std::memory_order_seq_cst);  // an RMW: Note [Sleeping capabilities]
       if (got->inbox.nonempty_seq_cst() && try_grab_capability(got))
         give_capability_to_spare(got);
     }

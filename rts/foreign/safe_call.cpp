@@ -186,7 +186,7 @@ void safe_call_enter(safe_call_frame& f) {
     // Work waits: a spare runs it if the call blocks (Note [Deferred hand-off]).
     cap->deferred_calls.store(cap->deferred_calls.load(std::memory_order_relaxed) + 1,
                               std::memory_order_relaxed);
-    cap->hold.store(Hold::free, std::memory_order_seq_cst);
+    cap->hold.exchange(Hold::free, std::memory_order_seq_cst);  // an RMW: Note [Sleeping capabilities]
     rt.ticker.watch_deferred_calls();
     return;
   }

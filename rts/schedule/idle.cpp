@@ -24,6 +24,15 @@
 // wake-up]).
 // The stop flag is part of the re-check: a capability that went to sleep
 // just as the runtime stopped would otherwise never leave.
+// The sleeper's store is an exchange, and so is every `free` release of
+// Note [Handing over a capability]: on x86 the same instruction (GCC
+// makes a seq_cst store an xchg); on AArch64 the architecture orders a
+// store-release before a later load-acquire (stlr, ldar), but qemu-user,
+// which runs the AArch64 test suite on x86 hosts, did not: the wake-up was
+// lost about every other run of MVarStress.WakingSleepingCapabilities...,
+// and the thread dump showed a woken thread queued for a capability that
+// slept.  A read-modify-write is emulated with a locked host instruction,
+// which orders it.
 // Checked by models/capability_sleep.pml (docs/models.md).
 //
 // Note [Spinning only on a free CPU]
@@ -214,7 +223,7 @@ void idle(Task* task, Capability* cap) {
     // wakes a sleeper while sparks wait (Note [Waking capabilities for sparks]).
     if (hunt && round < kSparkRounds && any_sparks()) continue;
     if (round == 0) cap->stacks.trim_idle();  // Note [Trimming when idle]
-    cap->hold.store(Hold::sleeping, std::memory_order_seq_cst);
+    cap->hold.exchange(Hold::sleeping, std::memory_order_seq_cst);  // see the Note: an RMW
     if (cap->inbox.nonempty_seq_cst() || rt.stop.load(std::memory_order_seq_cst)) {
       cap->hold.store(Hold::held, std::memory_order_relaxed);
       break;

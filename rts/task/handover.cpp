@@ -219,7 +219,7 @@ void strand(Capability* cap) noexcept {
     // harmless).
     cap->deferred_calls.store(cap->deferred_calls.load(std::memory_order_relaxed) + 1,
                               std::memory_order_relaxed);
-    cap->hold.store(Hold::free, std::memory_order_seq_cst);
+    cap->hold.exchange(Hold::free, std::memory_order_seq_cst);  // an RMW: Note [Sleeping capabilities]
     // Step 3: a push that landed while we held it is looked at once more;
     // after that the ticker's polls take over.
     if (round == 1 || !cap->inbox.nonempty_seq_cst() || !try_grab_capability(cap)) break;
@@ -237,7 +237,7 @@ bool give_capability_to_spare(Capability* cap, OwnerCounter* handed) noexcept {
   }
   if (rt.stop.load(std::memory_order_acquire)) [[unlikely]] {
     // See the Note: nothing runs after the stop, and no thread may start.
-    cap->hold.store(Hold::free, std::memory_order_seq_cst);
+    cap->hold.exchange(Hold::free, std::memory_order_seq_cst);  // an RMW: Note [Sleeping capabilities]
     return false;
   }
   if (handed) handed->add();  // before the give (see above); undone if refused
@@ -276,7 +276,7 @@ void release_capability(Task* task) noexcept {
     return;
   }
   // See the Note: release, then look for work that raced with us.
-  cap->hold.store(Hold::free, std::memory_order_seq_cst);
+  cap->hold.exchange(Hold::free, std::memory_order_seq_cst);  // an RMW: Note [Sleeping capabilities]
   if (cap->inbox.nonempty_seq_cst() && try_grab_capability(cap)) give_capability_to_spare(cap);
 }
 

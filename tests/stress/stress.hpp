@@ -23,6 +23,13 @@ class Watchdog {
       if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
         std::fprintf(stderr, "watchdog: '%s' hung for %llds (lost wake-up?)\n", what_,
                      static_cast<long long>(limit.count()));
+        // What every green thread waits on, for the post-mortem (a hang
+        // outside a run has nothing to dump: usage_error, ignored).
+        try {
+          capstan::dump_threads(stderr);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "watchdog: no thread dump: %s\n", e.what());
+        }
         std::abort();
       }
     });
