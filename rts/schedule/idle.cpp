@@ -10,14 +10,14 @@
 // The hand-shake with a sender (notify_capability, task/handover.cpp) is
 // Dekker's, with seq_cst operations only (no stand-alone fences, which
 // ThreadSanitizer cannot model):
-//   sleeper: hold.store(sleeping, seq_cst);  if inbox.head.load(seq_cst) == null: park()
+//   sleeper: hold.exchange(sleeping, seq_cst);  if inbox.head.load(seq_cst) == null: park()
 //   sender:  inbox.head CAS (seq_cst);       if hold.load(seq_cst) == sleeping: unpark()
 // All four operations are in the single total order S of seq_cst
 // operations.  If the sleeper's load misses the push, it precedes the CAS in
-// S, so the sleeper's earlier store precedes the sender's later load, which
+// S, so the sleeper's earlier exchange precedes the sender's later load, which
 // therefore sees `sleeping` and unparks.  Either the sleeper sees the new
 // work and does not park, or the sender sees `sleeping` and unparks.
-// Cost: the sleeper's seq_cst store (an xchg on x86) is on the idle path
+// Cost: the sleeper's exchange (an xchg on x86) is on the idle path
 // only; the sender's CAS is locked anyway and its seq_cst load is a plain
 // load on x86 and an ldar on ARMv8.  The Parker's sticky flag covers an
 // unpark that lands between the check and the futex wait (Note [Sticky

@@ -25,7 +25,7 @@
 //                              needs) and stops touching it.
 // Releasing to `free` is the Dekker hand-shake of Note [Sleeping
 // capabilities] with `free` in the role of `sleeping`:
-//   releaser: hold.store(free, seq_cst);  if inbox.head.load(seq_cst): try CAS free->held
+//   releaser: hold.exchange(free, seq_cst);  if inbox.head.load(seq_cst): try CAS free->held
 //   sender:   inbox.head CAS (seq_cst);   if hold.load(seq_cst) == free: try CAS free->held
 // In the total order of seq_cst operations either the releaser's load sees
 // the push, or the sender's load sees `free`; both may try to claim, the
