@@ -49,8 +49,6 @@ class cv_queue {
     woken.wake_all();
   }
 
-  static long long clamp(long long ns) { return ns < 0 ? 0 : ns; }
-
   // Note [No lost notify]
   // ~~~~~~~~~~~~~~~~~~~~~~
   // The waiter enqueues itself under core_'s lock *before* it releases the
@@ -143,14 +141,14 @@ class condition_variable {
   // wakes this thread (no_timeout) or another waiter, never both.
   template <class Rep, class Period>
   std::cv_status wait_for(std::unique_lock<mutex>& lk, const std::chrono::duration<Rep, Period>& d) {
-    return wait_ns(lk, detail::cv_queue::clamp(detail::to_ns(d)));
+    return wait_ns(lk, detail::wait_ns(d));
   }
 
   // wait_until is wait_for until the time point `t`.
   template <class Clock, class Duration>
   std::cv_status wait_until(std::unique_lock<mutex>& lk,
                             const std::chrono::time_point<Clock, Duration>& t) {
-    return wait_ns(lk, detail::cv_queue::clamp(detail::ns_until(t)));
+    return wait_ns(lk, detail::wait_ns_until(t));
   }
 
   // wait_for(lk, d, pred) waits until pred() holds or `d` has passed, and
@@ -220,13 +218,13 @@ class condition_variable_any {
   // wakes this thread (no_timeout) or another waiter, never both.
   template <class Lock, class Rep, class Period>
   std::cv_status wait_for(Lock& lk, const std::chrono::duration<Rep, Period>& d) {
-    return wait_ns(lk, detail::cv_queue::clamp(detail::to_ns(d)));
+    return wait_ns(lk, detail::wait_ns(d));
   }
 
   // wait_until is wait_for until the time point `t`.
   template <class Lock, class Clock, class Duration>
   std::cv_status wait_until(Lock& lk, const std::chrono::time_point<Clock, Duration>& t) {
-    return wait_ns(lk, detail::cv_queue::clamp(detail::ns_until(t)));
+    return wait_ns(lk, detail::wait_ns_until(t));
   }
 
   // wait_for(lk, d, pred) waits until pred() holds or `d` has passed, and

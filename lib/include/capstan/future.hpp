@@ -121,8 +121,7 @@ class future {
   std::future_status wait_for(const std::chrono::duration<Rep, Period>& d) const {
     detail::mvar_core::blocking_point("capstan::future::wait_for");
     need_state();
-    long long ns = detail::to_ns(d);
-    return state_->wait_ns(ns < 0 ? 0 : ns) ? std::future_status::ready : std::future_status::timeout;
+    return state_->wait_ns(detail::wait_ns(d)) ? std::future_status::ready : std::future_status::timeout;
   }
   // wait_until is wait_for until the time point `t`.
   template <class Clock, class Duration>

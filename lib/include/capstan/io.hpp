@@ -37,15 +37,13 @@ inline void wait_writable(int fd) { detail::wait_fd(fd, true, -1); }
 // A non-positive `d` only checks (as d == 0 always did).
 template <class Rep, class Period>
 bool wait_readable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
-  long long ns = detail::to_ns(d);
-  return detail::wait_fd(fd, false, ns < 0 ? 0 : ns);
+  return detail::wait_fd(fd, false, detail::wait_ns(d));
 }
 // wait_writable_for is wait_writable with a time-out: false if it expired.
 // A non-positive `d` only checks.
 template <class Rep, class Period>
 bool wait_writable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
-  long long ns = detail::to_ns(d);
-  return detail::wait_fd(fd, true, ns < 0 ? 0 : ns);
+  return detail::wait_fd(fd, true, detail::wait_ns(d));
 }
 
 // close_fd wakes every green thread waiting on fd with io_error, then

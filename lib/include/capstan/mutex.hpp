@@ -253,19 +253,19 @@ class timed_mutex {
   // thread; a safe point.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return timed(detail::to_ns(d), "capstan::timed_mutex::try_lock_for");
+    return timed(detail::wait_ns(d), "capstan::timed_mutex::try_lock_for");
   }
   // try_lock_until is try_lock_for until the time point `t`.
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return timed(detail::ns_until(t), "capstan::timed_mutex::try_lock_until");
+    return timed(detail::wait_ns_until(t), "capstan::timed_mutex::try_lock_until");
   }
 
  private:
   bool timed(long long ns, const char* what) {
     detail::mvar_core::blocking_point(what);
     if (m_.try_lock()) return true;
-    return m_.lock_slow(ns < 0 ? 0 : ns);
+    return m_.lock_slow(ns);  // ns >= 0: detail::wait_ns
   }
   mutex m_;
 };

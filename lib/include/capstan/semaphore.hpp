@@ -82,8 +82,7 @@ class counting_semaphore {
   template <class Rep, class Period>
   bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
     detail::mvar_core::blocking_point("capstan::counting_semaphore::try_acquire_for");
-    long long ns = detail::to_ns(d);
-    return acquire_ns(ns < 0 ? 0 : ns);
+    return acquire_ns(detail::wait_ns(d));
   }
   // try_acquire_until is try_acquire_for until the time point `t`.
   template <class Clock, class Duration>

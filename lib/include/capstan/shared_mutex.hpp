@@ -86,33 +86,28 @@ class shared_mutex {
   // it to this thread (true) or not at all (false), never both.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_for", ns_of(d));
+    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_for", detail::wait_ns(d));
   }
   // try_lock_until is try_lock_for until the time point `t`.
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_until", clamp0(detail::ns_until(t)));
+    return timed(detail::waiter::take, "capstan::shared_mutex::try_lock_until", detail::wait_ns_until(t));
   }
   // try_lock_shared_for is lock_shared that gives up after `d` (queued
   // behind any waiting writer, as lock_shared), telling whether it took
   // shared ownership; a release racing with the time-out grants it once.
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
-    return timed(detail::waiter::read, "capstan::shared_mutex::try_lock_shared_for", ns_of(d));
+    return timed(detail::waiter::read, "capstan::shared_mutex::try_lock_shared_for", detail::wait_ns(d));
   }
   // try_lock_shared_until is try_lock_shared_for until the time point `t`.
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
     return timed(detail::waiter::read, "capstan::shared_mutex::try_lock_shared_until",
-                 clamp0(detail::ns_until(t)));
+                 detail::wait_ns_until(t));
   }
 
  private:
-  template <class Rep, class Period>
-  static long long ns_of(const std::chrono::duration<Rep, Period>& d) {
-    return clamp0(detail::to_ns(d));
-  }
-  static long long clamp0(long long ns) { return ns < 0 ? 0 : ns; }
 
   // timed: a timed lock (take) or lock_shared (read) of at most ns.
   bool timed(detail::waiter::kind_t kind, const char* what, long long ns) {

@@ -61,4 +61,18 @@ long long ns_until(const std::chrono::time_point<Clock, Duration>& t) {
                               duration_impl::wide_ns(Clock::now().time_since_epoch()));
 }
 
+// wait_ns and wait_ns_until are to_ns and ns_until for a wait that takes
+// no negative time: a past deadline or a negative duration is 0, "check
+// once and give up".
+template <class Rep, class Period>
+constexpr long long wait_ns(const std::chrono::duration<Rep, Period>& d) noexcept {
+  long long ns = to_ns(d);
+  return ns < 0 ? 0 : ns;
+}
+template <class Clock, class Duration>
+long long wait_ns_until(const std::chrono::time_point<Clock, Duration>& t) {
+  long long ns = ns_until(t);
+  return ns < 0 ? 0 : ns;
+}
+
 }  // namespace capstan::detail
