@@ -16,8 +16,6 @@
 // running or about to, and the thrower waits for `done` before its frame
 // goes.  So a throw lands exactly once or not at all, and the thrower never
 // outlives a reference to its frame.
-#include <fmt/format.h>
-
 #include <exception>
 #include <mutex>
 
@@ -63,21 +61,12 @@ void wait_landed(landing& l) {
 
 Thread* current(const char* what) { return rts::require_green_thread(what)->cap->current; }
 
-std::uint64_t check_id(thread_ref t, const char* what) {
-  if (t.id == 0)
-    throw usage_error(fmt::format("{}: the default thread_id names no thread; use the id that "
-                                  "fork_io, fork_on, fork_os or self() returned", what));
-  if (t.id > rts::rt.id_blocks.load(std::memory_order_relaxed))
-    throw usage_error(fmt::format("{}: no thread with id {} has been started in this run", what, t.id));
-  return t.id;
-}
-
 }  // namespace
 
 void throw_to_ptr(thread_ref ref, std::exception_ptr e, const char* what) {
   Thread* cur = current(what);
   if (ref.id == cur->id) std::rethrow_exception(std::move(e));  // to self: synchronous
-  check_id(ref, what);
+  rts::check_thread_id(ref.id, what);
   rts::enable_wait_locks();
   Thread* t = rts::thread_of(ref);
   if (!t) {
@@ -150,7 +139,7 @@ thread_state state_of(thread_id id) {
   detail::thread_ref ref = id.ref();
   rts::Thread* cur = detail::current("capstan::state_of");
   if (ref.id == cur->id) return thread_state::running;
-  detail::check_id(ref, "capstan::state_of");
+  rts::check_thread_id(ref.id, "capstan::state_of");
   rts::enable_wait_locks();  // blocked_on is read under wait_lock (Note [Wait locks])
   thread_state s = thread_state::finished;
   bool live = false;

@@ -5,9 +5,6 @@
 #include <string>
 #include <utility>
 
-#include <fmt/format.h>
-
-#include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
 #include "runtime/runtime.hpp"
 #include "thread/threads.hpp"
@@ -51,12 +48,7 @@ void label_thread(thread_id id, std::string_view label) {
   Thread* cur = task->cap->current;
   // As state_of and kill_thread: an id that names no thread is a mistake;
   // a finished thread's is not (labelling it does nothing, as in GHC).
-  if (id.value() == 0)
-    throw usage_error("capstan::label_thread: the default thread_id names no thread; use the id "
-                      "that fork_io, fork_on, fork_os or self() returned");
-  if (id.value() > rts::rt.id_blocks.load(std::memory_order_relaxed))
-    throw usage_error(fmt::format(
-        "capstan::label_thread: no thread with id {} has been started in this run", id.value()));
+  rts::check_thread_id(id.value(), "capstan::label_thread");
   // Labels are read and written under the thread's home all_lock.
   auto* fresh = new std::string(label);
   auto set = [&fresh](Thread* t) { std::swap(fresh, t->label); };

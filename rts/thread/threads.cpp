@@ -4,12 +4,24 @@
 #include <cstring>
 #include <new>
 
+#include <fmt/format.h>
+
+#include "capstan/errors.hpp"
+
 #include "primitives/fault_injection.hpp"
 #include "primitives/sanitizer.hpp"
 #include "runtime/runtime.hpp"
 #include "task/green_thread.hpp"
 
 namespace capstan::rts {
+
+void check_thread_id(std::uint64_t id, const char* what) {
+  if (id == 0)
+    throw usage_error(fmt::format("{}: the default thread_id names no thread; use the id that "
+                                  "fork_io, fork_on, fork_os or self() returned", what));
+  if (id > rt.id_blocks.load(std::memory_order_relaxed))
+    throw usage_error(fmt::format("{}: no thread with id {} has been started in this run", what, id));
+}
 
 Thread* alloc_thread(std::size_t size, std::size_t align, const char* what) {
   Task* task = require_green_thread(what);

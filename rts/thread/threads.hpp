@@ -104,6 +104,11 @@ void unlink_from_home(Thread* t);
 // live_id under its wait_lock (it may finish at any moment).
 Thread* thread_of(detail::thread_ref r) noexcept;
 
+// check_thread_id throws the usage_error, naming the call `what`, for an
+// id that names no thread of this run (the default id, or one beyond every
+// id handed out); a finished thread's id passes.
+void check_thread_id(std::uint64_t id, const char* what);
+
 // ref_of names a started thread t.
 detail::thread_ref ref_of(const Thread* t) noexcept;
 
