@@ -164,7 +164,7 @@ bool StackArena::new_slab_locked() {
                         std::memory_order_relaxed);
     return false;  // reported by warn_once(), off this stack
   }
-  exhausted_at_.store(0, std::memory_order_relaxed);
+  clear_exhausted_locked();
   slabs_.emplace_back(p, bytes);
   ++mappings_;
   slab_next_ = static_cast<char*>(p);
@@ -302,7 +302,7 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
     std::lock_guard<std::mutex> g(mu_);
     if (keep_memory_) {  // Note [Keeping stacks at shutdown]
       warm_.insert(warm_.end(), stacks, stacks + n);
-      exhausted_at_.store(0, std::memory_order_relaxed);
+      clear_exhausted_locked();
       return;
     }
   }
@@ -319,7 +319,7 @@ void StackArena::give_back(void* const* stacks, std::size_t n) {
   }
   std::lock_guard<std::mutex> g(mu_);
   cold_.insert(cold_.end(), stacks, stacks + n);
-  exhausted_at_.store(0, std::memory_order_relaxed);
+  clear_exhausted_locked();
 }
 
 void StackArena::park_warm(void* const* stacks, std::size_t n) {
@@ -327,7 +327,7 @@ void StackArena::park_warm(void* const* stacks, std::size_t n) {
   {
     std::lock_guard<std::mutex> g(mu_);
     warm_.insert(warm_.end(), stacks, stacks + n);
-    exhausted_at_.store(0, std::memory_order_relaxed);
+    clear_exhausted_locked();
     if (warm_.size() > kWarmMax && !keep_memory_) {  // Note [Keeping stacks at shutdown]
       auto excess = static_cast<std::ptrdiff_t>(warm_.size() - kWarmMax);
       old.assign(warm_.begin(), warm_.begin() + excess);
@@ -378,7 +378,7 @@ void StackArena::release_all_locked() {
   reserve_.clear();
   warned_ = false;
   no_process_madvise_ = false;
-  exhausted_at_.store(0, std::memory_order_relaxed);
+  clear_exhausted_locked();
   map_failures_.store(0, std::memory_order_relaxed);
   slab_next_ = nullptr;
   slab_left_ = 0;

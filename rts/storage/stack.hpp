@@ -103,6 +103,13 @@ class StackArena {
   bool new_slab_locked();
   std::size_t install_guards_at_once(char* slab);  // guards installed, from the first
   void release_all_locked();
+  // clear_exhausted_locked ends the exhaustion hint (mu_ held), writing the
+  // word only if it is set: every StackPool::put reads it, and a store of
+  // the same 0 would still take the cache line from those readers.
+  void clear_exhausted_locked() {
+    if (exhausted_at_.load(std::memory_order_relaxed) != 0)
+      exhausted_at_.store(0, std::memory_order_relaxed);
+  }
 
   std::mutex mu_;
   std::size_t usable_ = 0;     // bytes usable per stack (multiple of the page size)

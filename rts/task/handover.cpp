@@ -229,16 +229,16 @@ void strand(Capability* cap) noexcept {
 
 }  // namespace
 
-bool give_capability_to_spare(Capability* cap, OwnerCounter* handed) noexcept {
+void give_capability_to_spare(Capability* cap, OwnerCounter* handed) noexcept {
   if (Task* spare = pop_spare(cap)) {
     if (handed) handed->add();  // before the give: we stop owning cap's counters
     give_capability_to_task(spare, cap, nullptr);
-    return true;
+    return;
   }
   if (rt.stop.load(std::memory_order_acquire)) [[unlikely]] {
     // See the Note: nothing runs after the stop, and no thread may start.
     cap->hold.exchange(Hold::free, std::memory_order_seq_cst);  // an RMW: Note [Sleeping capabilities]
-    return false;
+    return;
   }
   if (handed) handed->add();  // before the give (see above); undone if refused
   try {
@@ -249,7 +249,7 @@ bool give_capability_to_spare(Capability* cap, OwnerCounter* handed) noexcept {
     // clears what this give wrote.
     give_capability_to_task(spare, cap, nullptr);
     start_os_thread(spare, rt.scheduler_loop);
-    return true;
+    return;
   } catch (const std::exception& e) {
     report_refused_spare(cap, e.what());
   } catch (...) {
@@ -257,7 +257,6 @@ bool give_capability_to_spare(Capability* cap, OwnerCounter* handed) noexcept {
   }
   if (handed) handed->undo();  // no thread started: we still own cap
   strand(cap);
-  return false;
 }
 
 void release_capability(Task* task) noexcept {

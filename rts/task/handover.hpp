@@ -19,14 +19,14 @@ void give_capability_to_task(Task* to, Capability* cap, Thread* first) noexcept;
 bool wait_for_capability(Task* task) noexcept;
 
 // give_capability_to_spare passes `cap`, which the caller holds, to a spare Task of
-// cap (waking one, or starting a new OS thread) so its work goes on; true
-// if a spare took it.  False if the OS refused the thread: then cap went
-// to a bound thread's Task or back to free, watched by the ticker (Note
-// [No OS thread for a spare] in handover.cpp), or the runtime has stopped.
-// `handed`, if given, is a counter of cap's that counts the hand-over: bumped
-// while the caller still holds cap, so a reader who sees the spare's work
-// sees the count (the ticker's safe_call_handoffs).
-bool give_capability_to_spare(Capability* cap, OwnerCounter* handed = nullptr) noexcept;
+// cap (waking one, or starting a new OS thread) so its work goes on.  If
+// the OS refuses the thread, cap goes to a bound thread's Task or back to
+// free, watched by the ticker (Note [No OS thread for a spare] in
+// handover.cpp); after the stop it is released.  `handed`, if given, is a
+// counter of cap's that counts a hand-over to a spare: bumped while the
+// caller still holds cap, so a reader who sees the spare's work sees the
+// count (the ticker's safe_call_handoffs).
+void give_capability_to_spare(Capability* cap, OwnerCounter* handed = nullptr) noexcept;
 
 // release_capability gives up the capability `task` holds for good: to the
 // Task a runnable bound thread needs, to a spare if there is work, else it
