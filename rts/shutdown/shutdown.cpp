@@ -239,23 +239,23 @@ void report_abandoned(bool stuck) {
 //    live id (so that the Thread object is main's), refuses a throw once
 //    shutting_down is set: throw_to and kill_thread return as for a
 //    finished thread;
-//  * main masks itself uninterruptibly, then stores shutting_down, then
-//    settles, under the same wait_lock, every throw queued on it before
-//    (a thrower that found main masked and waits for its throw to land;
-//    it may be one that shutdown will not kill - blocked while unwinding -
-//    so waiting for a sweep to take the throw back is not enough).
+//  * main stores shutting_down, then settles, under the same wait_lock,
+//    every throw queued on it before (a thrower that found main masked
+//    and waits for its throw to land; it may be one that shutdown will
+//    not kill - blocked while unwinding - so waiting for a sweep to take
+//    the throw back is not enough).  Main passes no safe point between its
+//    function's return and the settling (enable_wait_locks, which may
+//    yield, comes after it), so nothing is raised in between.
 // The lock orders each post before the settling (settled) or after it
-// (it sees shutting_down).  Tested by
+// (it sees shutting_down), so main's pending list stays empty after.  Tested by
 // Shutdown.ThreadsThatThrowToMainFromTheirHandlersDoNotStopShutdown and
 // Shutdown.AThrowQueuedOnMaskedMainIsSettledAtShutdown
 // (tests/rts/shutdown/shutdown_test.cpp).
 void shutdown_protocol() {
   process.accepting_incalls.store(false, std::memory_order_seq_cst);  // Note [In-calls]
-  Thread* self = my_task()->cap->current;
-  self->mask = Mask::uninterruptible;  // Note [Main at shutdown]
   rt.shutting_down.store(true, std::memory_order_seq_cst);
+  settle_pending(my_task()->cap->current, /*finished=*/false);  // Note [Main at shutdown]
   enable_wait_locks();  // Note [Wait locks] in schedule/raise.cpp
-  settle_pending(self, /*finished=*/false);
   sample_peaks();
   rt.arena.keep_memory();  // Note [Keeping stacks at shutdown] in storage/stack.cpp
   for (Capability* c : rt.caps) {
