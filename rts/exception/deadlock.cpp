@@ -81,9 +81,10 @@ bool g_shutdown_suspected = false;
 // quiet: nothing runs and nothing is known that could wake a thread.
 // (During shutdown, main's wait for the others counts as blocked.)
 bool quiet_now() {
-  // Every capability idle, or free with nothing queued: a Task that ran a
-  // bound or in-call thread leaves its capability free when the thread
-  // finishes, and nothing may ever take it again.  (A safe call and an
+  // Every capability idle, or free with nothing queued and no sparks
+  // (resting, schedule/idle.hpp): a Task that ran a bound or in-call
+  // thread leaves its capability free when the thread finishes, and
+  // nothing may ever take it again.  (A safe call and an
   // in-call in progress are counted below; a capability changing hands
   // has a queued thread, or its giver switches before the next tick.)
   unsigned resting_caps = rt.n_idle.load(std::memory_order_seq_cst);

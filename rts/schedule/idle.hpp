@@ -13,14 +13,18 @@ namespace capstan::rts {
 void idle(Task* task, Capability* cap);
 
 // resting: nothing runs on cap and nothing waits for it - it is idle, or
-// it is free (no Task holds it) with an empty run queue and inbox, as a
-// bound or in-call Task leaves it when its thread finishes.  A hint
-// (relaxed reads), for the ticker and deadlock detection, which act only
-// on a state that held over two ticks.
+// it is free (no Task holds it) with an empty run queue, inbox and spark
+// pool, as a bound or in-call Task leaves it when its thread finishes.  A
+// free capability whose spare the OS refused keeps its work, sparks
+// included, until the ticker's retry starts one (Note [No OS thread for a
+// spare] in task/handover.cpp); a spark may be what a blocked thread waits
+// for, so such a capability is not resting and deadlock detection stays
+// quiet.  A hint (relaxed reads), for the ticker and deadlock detection,
+// which act only on a state that held over two ticks.
 inline bool resting(const Capability* c) noexcept {
   if (c->idle.load(std::memory_order_relaxed)) return true;
   return c->hold.load(std::memory_order_seq_cst) == Hold::free && c->run_queue.size() == 0 &&
-         !c->inbox.nonempty_seq_cst();
+         !c->inbox.nonempty_seq_cst() && c->sparks.size() == 0;
 }
 
 }  // namespace capstan::rts

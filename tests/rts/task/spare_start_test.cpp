@@ -176,3 +176,61 @@ TEST(SpareStart, ABoundCallerReturnsWhileEveryRetryIsRefused) {
 }
 
 }  // namespace
+
+// A capability stranded with nothing but a spark is not resting: the spark
+// may be what a blocked thread waits for, so deadlock detection must not
+// fire while the ticker retries the spare (idle.hpp, resting).  Here U
+// sparks the put that it then waits for; a bound thread takes the
+// capability from U's worker (which exits: no spares kept) and finishes;
+// its release finds only the spark, and the OS refuses the spare that
+// would run it.  Main and U stay blocked until the refusal lifts.
+TEST(SpareStart, ACapabilityStrandedWithOnlyASparkIsNotADeadlock) {
+  KnobsOff off;
+  capstan::options o = capstan_test::opts(1);
+  o.max_spare_tasks = 0;
+  // The thread that lifts the refusal is an outside OS thread; force keeps
+  // detection armed regardless, as it would be without that thread.
+  o.deadlock_detection = options::deadlock::force;
+  std::atomic<bool> stranded{false};
+  int got = 0;
+  std::thread lifter;
+  std::string raised;
+  ::testing::internal::CaptureStderr();
+  int r = -1;
+  try {
+    r = capstan::run(o, [&] {
+    mvar<int> mv, done;
+    fork_io([&] {
+      auto s = par([&] {
+        mv.put(7);
+        return 1;
+      });
+      int v = mv.take();
+      done.put(v + s.get());
+    });
+    yield();  // U runs, sparks, and blocks
+    fork_os([&] { stranded.store(true); });  // its OS thread starts now
+    fi::refuse_os_threads.store(true);
+    lifter = std::thread([&] {
+      capstan_test::os_wait_until([&] { return stranded.load(); });
+      // Several detection periods (about 20 ms each) with the spark stranded.
+      std::this_thread::sleep_for(150ms);
+      fi::refuse_os_threads.store(false);
+    });
+    got = done.take();
+    return 0;
+  });
+  } catch (const blocked_indefinitely&) {
+    raised = "blocked_indefinitely";
+  }
+  if (lifter.joinable()) lifter.join();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(raised, "") << "main was told it was deadlocked while a spark could still wake it";
+  EXPECT_EQ(r, 0);
+  EXPECT_EQ(got, 8);
+  auto s = statistics();
+  EXPECT_EQ(s.deadlocks_detected, 0u) << s.summary();
+  EXPECT_GE(s.spare_starts_refused, 1u);
+  EXPECT_EQ(s.threads_died, 0u);
+  EXPECT_EQ(s.threads_finished, s.threads_created);
+}
