@@ -221,7 +221,10 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   struct EndOfRun {
     bool constructed = false;
     ~EndOfRun() {
-      if (constructed) std::destroy_at(&runtime_slot.rt);
+      if (constructed) {
+        process.ids_used = rt.id_blocks.load(std::memory_order_relaxed);  // Note [Thread ids]
+        std::destroy_at(&runtime_slot.rt);
+      }
       process.running.store(false, std::memory_order_release);
     }
   } end_of_run;
@@ -230,6 +233,8 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
   end_of_run.constructed = true;
   rt.main_tid = static_cast<long>(::syscall(SYS_gettid));
   ++process.epoch;
+  rt.first_id = process.ids_used;  // Note [Thread ids] in thread/threads.cpp
+  rt.id_blocks.store(process.ids_used, std::memory_order_relaxed);
   process.awaiting_incalls.store(false);
 
   Event shutdown_events;

@@ -78,6 +78,7 @@ struct Runtime {
                                                     // capability last asked to be watched
   std::atomic<std::uint32_t> ticker_parked{0};   // [atomic] Note [Stopping the ticker]
   std::atomic<std::uint64_t> id_blocks{0};       // [atomic] next block of thread ids
+  std::uint64_t first_id = 0;                    // [start] this run's ids are above it (Note [Thread ids])
   std::atomic<std::uint64_t> peak_live{0};       // [atomic] stats/stats.cpp
   std::atomic<std::uint64_t> peak_stacks{0};     // [atomic]
 
@@ -133,6 +134,8 @@ struct ProcessState {
   std::atomic<std::uint32_t> outside_wakers{0};  // [atomic] OS threads without a Task inside wake():
                                                  // Note [Waking from outside] in schedule/block.cpp
   std::uint64_t epoch = 0;                       // [start] run number, for foreign Tasks' TLS
+  std::uint64_t ids_used = 0;                    // [start/end of a run] thread ids earlier runs
+                                                 // handed out: Note [Thread ids] in thread/threads.cpp
   std::mutex last_stats_mu;
   runtime_statistics last_stats;                 // [lock:last_stats_mu] of the last finished run
 };

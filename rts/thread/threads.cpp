@@ -15,10 +15,23 @@
 
 namespace capstan::rts {
 
+// Note [Thread ids]
+// ~~~~~~~~~~~~~~~~~
+// A thread_id is a number, unique in the process: each run of the runtime
+// hands out ids above those of the runs before it (process.ids_used,
+// carried from one Runtime to the next), in blocks of kIdBlock per
+// capability, so that making a thread takes no shared write.  Ids of one
+// run never name threads of another: an id kept from an earlier run - its
+// thread ended with that run - is refused by name instead of quietly
+// reaching whatever thread of this run happened to get the same number.
+// 2^64 ids do not run out.
 void check_thread_id(std::uint64_t id, const char* what) {
   if (id == 0)
     throw usage_error(fmt::format("{}: the default thread_id names no thread; use the id that "
                                   "fork_io, fork_on, fork_os or self() returned", what));
+  if (id <= rt.first_id)
+    throw usage_error(fmt::format("{}: thread id {} belongs to an earlier run of capstan::run, "
+                                  "whose threads have all ended; ids are not reused", what, id));
   if (id > rt.id_blocks.load(std::memory_order_relaxed))
     throw usage_error(fmt::format("{}: no thread with id {} has been started in this run", what, id));
 }

@@ -90,7 +90,8 @@ static inline void recycle(Capability* cap, Thread* t) noexcept {
   cap->threads.put(t);  // the caller holds cap: no need to look it up
 }
 
-// Ids: unique in a run, handed out in blocks of kIdBlock.
+// Ids: unique in the process, handed out in blocks of kIdBlock (Note
+// [Thread ids] in threads.cpp).
 std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end);
 std::uint64_t next_thread_id(Capability* cap);
 

@@ -99,3 +99,41 @@ TEST(Misuse, AWaiterOnADestroyedPrimitiveIsToldWhichOne) {
 }
 
 }  // namespace
+
+namespace {
+
+// Ids are unique in the process (Note [Thread ids] in rts/thread/threads.cpp):
+// an id kept from an earlier run is refused by name, and never reaches the
+// thread of this run that would have had the same number were ids
+// restarted per run (here: main itself, which a kill would have stopped).
+TEST(Misuse, AThreadIdFromAnEarlierRunNamesNoThreadOfThisOne) {
+  capstan::thread_id first_main, first_child;
+  capstan::run(capstan_test::opts(2), [&] {
+    first_main = capstan::self();
+    capstan::mvar<int> done;
+    first_child = capstan::fork_io([&] { done.put(1); });
+    done.take();
+  });
+  bool main_survived = false;
+  capstan::run(capstan_test::opts(2), [&] {
+    capstan::thread_id me = capstan::self();
+    EXPECT_GT(me, first_main);
+    EXPECT_GT(me, first_child);
+    capstan::mvar<int> done;
+    capstan::thread_id child = capstan::fork_io([&] { done.put(1); });
+    done.take();
+    EXPECT_GT(child, first_child);
+    for (capstan::thread_id old : {first_main, first_child}) {
+      std::string m = message_of([&] { capstan::kill_thread(old); });
+      EXPECT_NE(m.find("capstan::kill_thread"), std::string::npos) << m;
+      EXPECT_NE(m.find("earlier run"), std::string::npos) << m;
+      EXPECT_THROW(capstan::state_of(old), capstan::usage_error);
+      EXPECT_THROW(capstan::label_thread(old, "x"), capstan::usage_error);
+      EXPECT_THROW(capstan::throw_to(old, std::runtime_error("x")), capstan::usage_error);
+    }
+    main_survived = true;
+  });
+  EXPECT_TRUE(main_survived);
+}
+
+}  // namespace

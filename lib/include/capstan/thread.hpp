@@ -13,7 +13,8 @@
 
 namespace capstan {
 
-// thread_id names a green thread; comparable, hashable, printable with fmt.
+// thread_id names a green thread, uniquely in the process (a later run's
+// ids are above an earlier run's); comparable, hashable, printable with fmt.
 // Ids compare by value(); an id returned by the runtime also remembers
 // where its thread lives, so throw_to and state_of find it at once (an id
 // made from a number is found by a search of the live threads).
