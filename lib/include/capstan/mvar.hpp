@@ -13,6 +13,10 @@
 
 namespace capstan {
 
+namespace detail {
+struct mvar_access;  // the runtime's IO manager (rts/io/entry_points.cpp)
+}  // namespace detail
+
 // mvar<T> holds at most one T.  Blocking operations park the green thread,
 // never the OS thread.  Wake-ups are FIFO and single: one put serves readers
 // at the front of the queue and then exactly the oldest taker, handing the
@@ -126,6 +130,27 @@ class mvar {
   // op holds the lock for one operation: see detail::core_op and Note
   // [Killing around an mvar operation].
   using op = detail::core_op;
+  friend struct detail::mvar_access;
+
+  // take_wait is take up to the end of its wait: true with the value in
+  // dest, or false with what ended the wait in w.outcome, for the caller
+  // to raise (mvar_core::raise_outcome) once its own clean-up is done.
+  // The lock guard's scope ends here, before anything is thrown: a frame
+  // with nothing to clean up at the throw costs the unwinder no landing
+  // pad and no _Unwind_Resume (Note [Throwing from the caller's frame]).
+  bool take_wait(std::optional<T>& dest, detail::waiter& w) {
+    op g(core_);
+    if (value_) {
+      dest.emplace(take_value(g.woken));
+      return true;
+    }
+    w.kind = detail::waiter::take;
+    w.slot = &dest;
+    core_.enqueue(w);
+    g.release_to_park();
+    core_.park_wait(w);  // returns with dest filled by a putter, or an outcome
+    return w.outcome == detail::waiter::served;
+  }
 
   std::optional<T> take_timed(long long ns) {
     op g(core_);
