@@ -101,6 +101,38 @@ void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_toke
   cur->wait_lock.unlock();
 }
 
+// Note [A timer that cannot be had]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A wait that needs a timer - take_for and every timed wait built on
+// park_timed_wait, and any wait of a thread inside timeout(), whose timer
+// is armed only when it first blocks (Note [Timeouts]) - asks the IO
+// manager for it while holding the primitive's lock with its waiter
+// queued.  That can fail: the IO manager may not start (no fds left: a
+// std::system_error naming the step), or memory may run out.  The
+// exception must leave the primitive as the wait found it, or its next
+// user spins on a lock nobody will release: so the waiter leaves the
+// queue (re-running a shared_mutex's grant: Note [Leaving the shared_mutex
+// queue]), the lock is released, and only then does the exception go on.
+// take_for's timer is asked for after the wait is published (its expiry
+// must find it: Note [Timed takes]), so that publication is undone first,
+// under wait_lock, as a thrower or an expiry reads it.  Tested by
+// IoManagerLifeCycle.ATimedWaitWhoseTimerFailsLeavesThePrimitiveUsable.
+[[gnu::cold, gnu::noinline]] void leave_for_exception(mvar_core& m, waiter& w) noexcept {
+  wake_list regranted;  // Note [Leaving the shared_mutex queue]
+  leave_queue(m, w, regranted);
+  m.unlock();
+  regranted.wake_all();
+}
+
+[[gnu::cold, gnu::noinline]] void arm_timeouts_or_leave(mvar_core& m, waiter& w, Thread* cur) {
+  try {
+    rts::arm_timeouts(cur);  // io/timeouts.hpp
+  } catch (...) {
+    leave_for_exception(m, w);
+    throw;
+  }
+}
+
 }  // namespace
 
 // raise_outcome: the throwing half of park and park_timed (Note [Throwing
@@ -134,7 +166,7 @@ void mvar_core::park_wait(waiter& w) {
   }
   Thread* cur = task->cap->current;
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
-  if (cur->unarmed_timeouts != 0) [[unlikely]] rts::arm_timeouts(cur);  // io/timeouts.hpp
+  if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts_or_leave(*this, w, cur);
   publish_wait(*this, w, cur, 0);
   rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
 }
@@ -227,10 +259,21 @@ void mvar_core::park_timed_wait(waiter& w, long long ns) {
   Thread* cur = task->cap->current;
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
   w.timed = true;
-  if (cur->unarmed_timeouts != 0) [[unlikely]] rts::arm_timeouts(cur);  // io/timeouts.hpp
+  if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts_or_leave(*this, w, cur);
   std::uint64_t token = ++cur->timed_next;
   publish_wait(*this, w, cur, token);  // under wait_lock: the timer reads it (Note [Timed takes])
-  rts::TimerRef timer = rts::io_add_timeout(ns, &expire_timed_take, cur, token);
+  rts::TimerRef timer;
+  try {
+    timer = rts::io_add_timeout(ns, &expire_timed_take, cur, token);
+  } catch (...) {  // See Note [A timer that cannot be had]
+    cur->wait_lock.lock();
+    cur->blocked_on = nullptr;
+    cur->waiter = nullptr;
+    cur->timed_seq = 0;
+    cur->wait_lock.unlock();
+    leave_for_exception(*this, w);
+    throw;
+  }
   rts::park_current(task, cur, &locked_);
   // Possibly on another OS thread now; cur is still us.
   cur->wait_lock.lock();

@@ -588,3 +588,44 @@ TEST(IoManagerLifeCycle, AnyThreadClosesNeedNoAllocation) {
 CAPSTAN_INSTANTIATE_CAPS(IoManager);
 
 }  // namespace
+
+// A timed wait whose timer cannot be had (the IO manager fails to start)
+// throws, and leaves the primitive as it found it: the waiter off its
+// queue, the lock released.  take_for asks for its timer after publishing
+// the wait; a take inside timeout() arms the timeout's timer before; both
+// used to throw with the mvar's lock held and a dead waiter queued, and
+// the next use of the mvar spun for ever.  A semaphore and a condition
+// variable's timed waits go through the same park.
+TEST(IoManagerLifeCycle, ATimedWaitWhoseTimerFailsLeavesThePrimitiveUsable) {
+  for (int mode = 0; mode < 4; ++mode) {
+    run_guarded(1, [mode] {
+      capstan::mvar<int> m;
+      capstan::counting_semaphore<> sem(0);
+      io_test_hooks.start_fault = [](const char* s) {
+        return std::strcmp(s, "uv_loop_init") == 0 ? -EMFILE : 0;
+      };
+      bool threw = false;
+      try {
+        switch (mode) {
+          case 0: (void)m.take_for(5ms); break;
+          case 1: (void)capstan::timeout(5ms, [&] { return m.take(); }); break;
+          case 2: (void)sem.try_acquire_for(5ms); break;
+          default: (void)capstan::timeout(5ms, [&] { sem.acquire(); }); break;
+        }
+      } catch (const std::system_error& e) {
+        threw = true;
+        EXPECT_NE(std::string(e.what()).find("cannot start the IO manager"), std::string::npos);
+      }
+      io_test_hooks.start_fault = nullptr;
+      EXPECT_TRUE(threw) << "mode " << mode;
+      EXPECT_EQ(m.waiting(), 0u) << "mode " << mode;
+      EXPECT_TRUE(m.try_put(1)) << "mode " << mode;
+      EXPECT_EQ(m.take(), 1);
+      sem.release();
+      EXPECT_TRUE(sem.try_acquire()) << "mode " << mode;
+      // The IO manager starts now, and timed waits work again.
+      EXPECT_FALSE(m.take_for(1ms).has_value());
+      EXPECT_FALSE(sem.try_acquire_for(1ms));
+    });
+  }
+}
