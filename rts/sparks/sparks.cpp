@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 
+#include "capstan/async_exception.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "runtime/runtime.hpp"
@@ -261,6 +262,44 @@ using namespace capstan::rts;
 void spark_cancelled() { throw thread_killed{}; }
 
 void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }
+
+// Note [An interrupted spark]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A spark's closure runs inside outcome::capture, which keeps whatever f
+// throws as the spark's result: a later get() rethrows it, as forcing a
+// GHC thunk that raised an exception raises it again.  But when the maker
+// evaluates the spark itself (get() found it in the pool) an asynchronous
+// exception raised in the maker - a timeout's timeout_expired, throw_to,
+// kill_thread - also passes through capture.  That is not f's result: it
+// interrupts the maker, and GHC would freeze the half-done evaluation for
+// the next force to resume.  Kept as the result, every later get()
+// rethrew it - a timeout_expired that no timeout() frame matches any more
+// ends the program in std::terminate.  So the runtime notes, per thread,
+// the exception it last raised asynchronously (Thread::last_async, set by
+// every raise: raise_msg, raise_interrupted, raise_outcome's kills and
+// check_killed; a fresh thread_killed is noted as thread_killed_ptr()),
+// and get(), finding an exception where it expected a value, asks here
+// whether it is that one.  If so the spark becomes unevaluated again and
+// the exception goes on; the next get() evaluates f afresh - the closest
+// C++ comes to resuming.  Asked only on that cold path, so a spark's fast
+// path pays nothing.  A stolen spark's exception was raised in the spark
+// thread, not here, and stays its result.  Tested by
+// SparkPool.AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult.
+bool spark_interrupted_here(const std::exception_ptr& e) noexcept {
+  Task* task = my_task();
+  if (!task || !task->cap || !task->cap->current) return false;
+  const std::exception_ptr& last = task->cap->current->last_async;
+  if (!last) return false;
+  if (e == last) return true;
+  if (last != thread_killed_ptr()) return false;
+  try {  // a fresh thread_killed: the same kind is enough
+    std::rethrow_exception(e);
+  } catch (const thread_killed&) {
+    return true;
+  } catch (...) {
+  }
+  return false;
+}
 
 void spark_force_slow(spark_base* s) {
   for (;;) {

@@ -127,6 +127,11 @@ bool spark_make_room(spark_pool* p) noexcept;  // drops holes; true if not full 
 void spark_wake_sleeper() noexcept;
 [[noreturn]] void spark_cancelled();       // throws thread_killed
 [[noreturn]] void spark_rethrow(const std::exception_ptr& e);
+// spark_interrupted_here tells whether e, a spark's captured exception, is
+// an asynchronous exception the runtime raised in the calling thread (it
+// interrupted the evaluation rather than being its result): Note [An
+// interrupted spark] in rts/sparks/sparks.cpp.
+bool spark_interrupted_here(const std::exception_ptr& e) noexcept;
 
 }  // namespace detail
 
@@ -171,7 +176,10 @@ class spark : detail::spark_base {
   // get returns f's result, evaluating f here if no other capability has
   // taken it, or waiting (parked, not spinning) for the one running it; an
   // asynchronous exception ends that wait at once (the spark runs on).
-  // Exactly one evaluation ever happens; f's exception is rethrown.
+  // f's exception is its result: rethrown by every get(), f evaluated
+  // once.  An asynchronous exception that interrupts f while get()
+  // evaluates it here is not: it goes on, and the next get() evaluates f
+  // afresh (GHC resumes the suspended evaluation; C++ cannot).
   R get() {
     detail::spark_pool* p = detail::spark_pool_here();
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
@@ -186,7 +194,10 @@ class spark : detail::spark_base {
       detail::spark_force_slow(this);
     }
     if (!out_.has_value()) [[unlikely]] {
-      if (out_.failed()) detail::spark_rethrow(out_.error());
+      if (out_.failed()) {
+        if (detail::spark_interrupted_here(out_.error())) forget_interrupted_evaluation();
+        detail::spark_rethrow(out_.error());
+      }
       detail::spark_cancelled();  // settled unrun: shutdown came first
     }
     return out_.value();
@@ -204,6 +215,19 @@ class spark : detail::spark_base {
 
   template <class Fn>
   static constexpr bool fits = sizeof(Fn) <= kInline && alignof(Fn) <= alignof(std::max_align_t);
+
+  // forget_interrupted_evaluation: get() evaluated f here and an
+  // asynchronous exception ended it.  The spark goes back to unevaluated -
+  // out of every pool, as an overflowed one (its category, fizzled, stays
+  // counted), so the next get() runs it inline - and the exception goes on.
+  [[noreturn, gnu::noinline, gnu::cold]] void forget_interrupted_evaluation() {
+    std::exception_ptr e = out_.error();
+    out_.~outcome();
+    ::new (static_cast<void*>(&out_)) detail::outcome<R>();
+    pool = nullptr;
+    state.store(detail::spark_base::unpooled, std::memory_order_relaxed);
+    std::rethrow_exception(std::move(e));
+  }
 
   // untidy is ~spark's work for a spark that did not fizzle on get()'s fast
   // path, or whose closure or result needs destroying.

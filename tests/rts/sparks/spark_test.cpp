@@ -414,3 +414,78 @@ TEST(SparkErrors, ParOutsideRunIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+struct interrupt {
+  int n;
+};
+
+// Note [An interrupted spark] (rts/sparks/sparks.cpp): an asynchronous
+// exception that interrupts a spark its maker is evaluating itself - get()
+// took it from the pool - ends that evaluation and reaches the maker; it
+// is not the spark's result.  The next get() evaluates the spark again.
+// (It was kept as the result: the second get() rethrew a stale
+// timeout_expired that no timeout() could catch, and the program ended in
+// std::terminate.)  At -N1 no other capability can take the spark, so
+// get() always evaluates it here.
+TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
+  std::atomic<int> evaluations{0};
+  std::string log;
+  run(capstan_test::opts(1), [&] {
+    // timeout: the timeout_expired interrupts the evaluation.
+    {
+      auto s = capstan::par([&] {
+        evaluations.fetch_add(1);
+        capstan::sleep_for(std::chrono::milliseconds(30));
+        return 7;
+      });
+      bool timed_out = !capstan::timeout(std::chrono::milliseconds(2), [&] { return s.get(); });
+      log += timed_out ? "timed out;" : "finished;";
+      log += "second=" + std::to_string(s.get()) + ";";
+    }
+    // throw_to from another thread, a type the program defines.
+    {
+      capstan::mvar<std::string> out;
+      capstan::thread_id maker = capstan::fork_io([&] {
+        auto s = capstan::par([&] {
+          evaluations.fetch_add(1);
+          capstan::sleep_for(std::chrono::milliseconds(30));
+          return 8;
+        });
+        std::string r;
+        try {
+          r = "first=" + std::to_string(s.get());
+        } catch (const interrupt& i) {
+          r = "interrupted " + std::to_string(i.n);
+        }
+        r += ";second=" + std::to_string(s.get());
+        out.put(r);
+      });
+      capstan::sleep_for(std::chrono::milliseconds(5));
+      capstan::throw_to(maker, interrupt{3});
+      log += out.take() + ";";
+    }
+    // A synchronous exception is the spark's result: one evaluation, and
+    // every get() rethrows it.
+    {
+      auto s = capstan::par([&]() -> int {
+        evaluations.fetch_add(1);
+        throw std::runtime_error("sync");
+      });
+      for (int i = 0; i < 2; ++i) {
+        try {
+          s.get();
+        } catch (const std::runtime_error& e) {
+          log += std::string(e.what()) + ";";
+        }
+      }
+    }
+  });
+  EXPECT_EQ(log, "timed out;second=7;interrupted 3;second=8;sync;sync;");
+  EXPECT_EQ(evaluations.load(), 5) << "two interrupted evaluations were run again, the throwing one once";
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, s.converted + s.fizzled + s.gcd) << "every spark in one category";
+}
+
+}  // namespace
