@@ -43,8 +43,12 @@ namespace capstan::rts {
 
 void Ticker::start(std::chrono::microseconds timeslice) {
   if (timeslice.count() == 0) {
+    // -C0: every switch into a thread expires its slice at once (switch.hpp),
+    // and the ticker still expires it every tick: a flag used up at a safe
+    // point with nothing else to run must come back, or the thread is never
+    // preempted again and its timeouts never expire.
     period_ = kTick;
-    ticks_per_slice_ = 0;
+    ticks_per_slice_ = 1;
   } else {
     period_ = std::min(timeslice, kTick);
     ticks_per_slice_ = static_cast<unsigned>(timeslice / period_);

@@ -37,7 +37,7 @@ class Ticker {
   void nap(std::int64_t period_ns);  // one period, polling deferred calls meanwhile
   bool retake_deferred();            // true if some capability is free with work waiting
   std::chrono::microseconds period_{};
-  unsigned ticks_per_slice_ = 1;  // 0: -C0, the scheduler expires slices itself
+  unsigned ticks_per_slice_ = 1;  // 1 at -C0, where switches expire slices too
   std::thread thread_;
   std::atomic<std::uint32_t> quit_{0};
   std::atomic<std::uint32_t> wake_{0};      // [atomic] futex word the ticker naps on

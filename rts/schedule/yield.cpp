@@ -77,8 +77,13 @@ void yield_current_because(SwitchWhy why) {
   Capability* cap = task->cap;
   Thread* cur = cap->current;
   // Cleared only by an RMW that reads it (Note [Raising asynchronously]).
-  if (cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
-    cap->context_switch.exchange(0, std::memory_order_acquire);
+  // A yield is a safe point: an expired timeslice also expires the
+  // thread's due timeouts here, or a loop of yields would never see its
+  // timeout fire (Note [Timeouts] in io/timeouts.cpp).
+  if (cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    std::uint32_t why = cap->context_switch.exchange(0, std::memory_order_acquire);
+    if (cur->timeouts && (why & kTimesliceExpired)) expire_due_timeouts(cur);
+  }
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
   raise_pending(cur, false);
   Thread* next = pick(cap);

@@ -52,6 +52,54 @@ TEST_P(Timeout, InterruptsAComputation) {
   });
 }
 
+// A computation that passes safe points only through yield() (or
+// sleep_for(0)) is interrupted too, with or without another thread to
+// switch to: yield() answers the timeslice expiry as a safe point does.
+// (It cleared the expiry without looking at the thread's timeouts, and the
+// timeout never fired.)
+TEST_P(Timeout, InterruptsALoopOfYields) {
+  for (bool company : {false, true}) {
+    run(capstan_test::opts(caps(), 2ms), [company] {
+      std::atomic<bool> stop{false};
+      if (company) fork_io([&] {
+        while (!stop.load()) yield();
+      });
+      auto t0 = Clock::now();
+      auto r = timeout(10ms, [&] {
+        while (Clock::now() - t0 < 5s) yield();
+        return 1;
+      });
+      stop = true;
+      EXPECT_FALSE(r.has_value()) << "company " << company;
+      EXPECT_LT(Clock::now() - t0, 2s) << "company " << company;
+    });
+  }
+}
+
+// -C0 (a switch at every safe point) still preempts: a thread whose
+// switch-in flag was used up at a safe point with nobody else to run is
+// told again at the next tick, so a thread forked later runs, and a
+// timeout around a computation fires.  (With -C0 the ticker used to
+// expire no timeslice at all.)
+TEST_P(Timeout, MinusC0StillPreemptsAndTimesOut) {
+  run(capstan_test::opts(caps(), 0ms), [] {
+    auto t0 = Clock::now();
+    auto r = timeout(10ms, [&] {
+      while (Clock::now() - t0 < 5s) yield_point();
+      return 1;
+    });
+    EXPECT_FALSE(r.has_value());
+    EXPECT_LT(Clock::now() - t0, 2s);
+    // At -N1 the forked thread can run only if main is preempted.
+    std::atomic<bool> ran{false};
+    fork_io([&] { ran = true; });
+    auto t1 = Clock::now();
+    while (!ran.load() && Clock::now() - t1 < 5s) yield_point();
+    EXPECT_TRUE(ran.load());
+    EXPECT_LT(Clock::now() - t1, 2s);
+  });
+}
+
 TEST_P(Timeout, Nested) {
   run([] {
     mvar<int> never;
