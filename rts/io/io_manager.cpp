@@ -171,6 +171,7 @@
 // parked_ increment came before, and only finish() undoes that.
 #include "io/io_thread.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -218,6 +219,22 @@ namespace {
 
 }  // namespace
 
+// Note [libuv's process-wide set-up]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The first uv_loop_init of a process also runs libuv's one-time global
+// set-up (uv_once), which makes a pipe for its signal handling and calls
+// abort() if it cannot.  uv_loop_init makes its epoll fd first, so with
+// one or two fds free the first IO call killed the process.  So until a
+// loop has once been initialised, start first makes sure three fds can be
+// had - the epoll fd and the pipe - and gives them back: without them it
+// fails like any other step, with EMFILE and a message, and a later call
+// tries again.  What is left is a window of a few instructions in which
+// another thread of the program could take the last fds.  Tested by
+// tests/rts/io/io_first_start_test.cpp, in fresh processes.
+namespace {
+std::atomic<bool> g_uv_set_up{false};  // a uv_loop_init has succeeded in this process
+}  // namespace
+
 // start is all or nothing: every libuv result is checked, and a failure at
 // any step (or the thread constructor throwing) closes what was initialised
 // and frees the loop before the exception leaves, so a later call can
@@ -226,8 +243,16 @@ void IoManager::start() {
   std::lock_guard<std::mutex> g(life_mu_);
   if (started_.load(std::memory_order_relaxed)) return;
   int rc = injected_fault("uv_loop_init");
+  if (rc == 0 && !g_uv_set_up.load(std::memory_order_relaxed)) {
+    int probe[3] = {-1, -1, -1};  // See Note [libuv's process-wide set-up]
+    if (::pipe2(probe, O_CLOEXEC) != 0 || (probe[2] = ::fcntl(probe[0], F_DUPFD_CLOEXEC, 0)) < 0)
+      rc = -errno;
+    for (int fd : probe)
+      if (fd >= 0) ::close(fd);
+  }
   if (rc == 0) rc = uv_loop_init(&loop_);
   if (rc != 0) start_failed("uv_loop_init", rc);
+  g_uv_set_up.store(true, std::memory_order_relaxed);
   bool async_ok = false, timer_ok = false;
   try {
     rc = injected_fault("uv_async_init");
