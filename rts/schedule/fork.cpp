@@ -97,7 +97,13 @@ void notify_shutdown() {
   // it; it meets thread_killed at its first checkpoint instead (Note
   // [Shutdown checkpoints] in schedule/yield.cpp).
   if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
-    my_task()->cap->threads_killed.add();  // reclaimed before it ever ran
+    // Reclaimed before it ever ran: killed, as a thread killed before its
+    // first run is, so counted as having died too.
+    Capability* cap = my_task()->cap;
+    cap->threads_killed.add();
+    cap->threads_died.add();
+    rt.fates.died(self->id);
+    self->trace_killed = true;
   } else if (self->on_reserve && !self->bound && !self->is_main) [[unlikely]] {
     // No stack could be had: end before running (Note [Running out of
     // stacks] in storage/stack.cpp).

@@ -42,7 +42,7 @@ struct runtime_statistics {
   std::uint64_t threads_killed = 0;       // ended by thread_killed (kill_thread, or shutdown)
   std::uint64_t threads_died = 0;         // ended by any exception (killed ones included)
   std::uint64_t threads_unstarted = 0;    // ended before they ran: no memory for a stack (in threads_died)
-  std::uint64_t async_exceptions = 0;     // raised by throw_to, kill_thread or timeout
+  std::uint64_t async_exceptions = 0;     // raised by throw_to, kill_thread, timeout or deadlock detection
   std::uint64_t deadlocks_detected = 0;   // times every thread was blocked for good
   std::uint64_t deadlock_checks_skipped = 0; // deadlocks unconfirmed: an outside OS thread could wake them
   std::uint64_t threads_abandoned = 0;    // still alive after the shutdown grace period

@@ -70,6 +70,8 @@ TEST_P(Deadlock, EveryBlockedThreadIsWoken) {
     EXPECT_TRUE(main_woken);
     ASSERT_TRUE(green_wait_until([&] { return woken.load() == 11; }));
     EXPECT_EQ(statistics().deadlocks_detected, 1u);
+    // Each blocked_indefinitely is an asynchronous exception raised.
+    EXPECT_EQ(statistics().async_exceptions, 12u);
   });
 }
 

@@ -137,6 +137,22 @@ TEST(RunStatistics, ThreadsEndedByAnExceptionTheirWrapperHandsOnAreCounted) {
   s = capstan::statistics();
   EXPECT_EQ(s.blocked_indefinitely, 1u);
   EXPECT_EQ(s.threads_died, 1u);
+  // A thread reclaimed at shutdown before it ever ran is killed, so it died
+  // (as one killed by kill_thread before its first run); one killed there
+  // while blocked, too.
+  capstan::run(capstan_test::opts(1), [] {
+    capstan::fork_io([] { capstan::sleep_for(std::chrono::hours(1)); });
+  });
+  s = capstan::statistics();
+  EXPECT_EQ(s.threads_killed, 1u);
+  EXPECT_EQ(s.threads_died, 1u);
+  capstan::run(capstan_test::opts(1), [] {
+    capstan::fork_io([] { capstan::sleep_for(std::chrono::hours(1)); });
+    capstan::yield();
+  });
+  s = capstan::statistics();
+  EXPECT_EQ(s.threads_killed, 1u);
+  EXPECT_EQ(s.threads_died, 1u);
   // async children cancelled and failing, in-calls failing.
   capstan::run(capstan_test::opts(2), [] {
     {
