@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include "capstan/async_exception.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
 #include "io/io_manager.hpp"
@@ -142,9 +141,7 @@ void mvar_core::raise_outcome(const waiter& w) {
   switch (w.outcome) {
     case waiter::served:
     case waiter::timed_out: return;
-    case waiter::killed:  // by shutdown
-      rts::note_async(w.thread, thread_killed_ptr());
-      throw thread_killed{};
+    case waiter::killed: throw thread_killed{};  // by shutdown
     case waiter::orphaned:  // GHC's message for an mvar; the primitive's name for the rest
       if (w.what == waiter::mvar) throw blocked_indefinitely{};
       throw blocked_indefinitely(fmt::format(
@@ -153,7 +150,6 @@ void mvar_core::raise_outcome(const waiter& w) {
     case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
     case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();
-      rts::note_async(w.thread, thread_killed_ptr());
       throw thread_killed{};
   }
 }

@@ -179,14 +179,11 @@ void raise_pending_slow(Thread* cur, bool blocking) {
 
 void count_raised() noexcept { my_task()->cap->async_raised.add(); }
 
-void note_async(Thread* cur, const std::exception_ptr& ex) noexcept { cur->last_async = ex; }
-
 void raise_msg(ThrowMsg* m) {
   std::exception_ptr ex = m->ex;  // m may be gone once on_done returns
   m->outcome = ThrowMsg::raised;
   if (m->on_done) m->on_done(m);
   count_raised();
-  note_async(my_task()->cap->current, ex);
   if (ex == detail::thread_killed_ptr()) throw thread_killed{};  // as kill_raised does
   std::rethrow_exception(std::move(ex));
 }
@@ -195,7 +192,6 @@ void raise_interrupted(Thread* cur) {
   std::exception_ptr ex = std::move(cur->raised);
   cur->raised = nullptr;
   count_raised();
-  note_async(cur, ex);
   std::rethrow_exception(std::move(ex));
 }
 

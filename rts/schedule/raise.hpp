@@ -37,10 +37,6 @@ ThrowMsg* pop_raisable(Thread* cur, bool blocking) noexcept;
 [[noreturn]] void raise_interrupted(Thread* cur);
 // count_raised counts one asynchronous exception raised on this capability.
 void count_raised() noexcept;
-// note_async records ex as the exception about to be raised in cur
-// asynchronously (thread_killed_ptr() for a fresh thread_killed): Note
-// [An interrupted spark] in sparks/sparks.cpp.
-void note_async(Thread* cur, const std::exception_ptr& ex) noexcept;
 
 enum class Posted : std::uint8_t {
   gone,    // the thread has finished (or never existed in this run): nothing done

@@ -3,7 +3,6 @@
 // call), and the shutdown checkpoints every safe point contains.
 #include <exception>
 
-#include "capstan/async_exception.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
 #include "schedule/pick.hpp"
@@ -65,7 +64,6 @@ void check_killed(Thread* t) {
     switch_to(task, cap, t, next, false, SwitchWhy::yield);
   }
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
-  note_async(t, detail::thread_killed_ptr());
   throw thread_killed{};
 }
 

@@ -197,7 +197,7 @@ bool spark_thread_invoke(void* p) {
       return true;
     }
     my_task()->cap->sparks_converted.add();
-    s->run(s);  // catches the closure's exceptions into the spark
+    s->run(s, false);  // catches the closure's exceptions into the spark
     complete(s);
     Capability* cap = my_task()->cap;
     poll_spark_requests(cap);  // thieves get our oldest sparks between runs
@@ -263,42 +263,37 @@ void spark_cancelled() { throw thread_killed{}; }
 
 void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }
 
-// Note [An interrupted spark]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A spark's closure runs inside outcome::capture, which keeps whatever f
-// throws as the spark's result: a later get() rethrows it, as forcing a
-// GHC thunk that raised an exception raises it again.  But when the maker
-// evaluates the spark itself (get() found it in the pool) an asynchronous
-// exception raised in the maker - a timeout's timeout_expired, throw_to,
-// kill_thread - also passes through capture.  That is not f's result: it
-// interrupts the maker, and GHC would freeze the half-done evaluation for
-// the next force to resume.  Kept as the result, every later get()
-// rethrew it - a timeout_expired that no timeout() frame matches any more
-// ends the program in std::terminate.  So the runtime notes, per thread,
-// the exception it last raised asynchronously (Thread::last_async, set by
-// every raise: raise_msg, raise_interrupted, raise_outcome's kills and
-// check_killed; a fresh thread_killed is noted as thread_killed_ptr()),
-// and get(), finding an exception where it expected a value, asks here
-// whether it is that one.  If so the spark becomes unevaluated again and
-// the exception goes on; the next get() evaluates f afresh - the closest
-// C++ comes to resuming.  Asked only on that cold path, so a spark's fast
-// path pays nothing.  A stolen spark's exception was raised in the spark
-// thread, not here, and stays its result.  Tested by
-// SparkPool.AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult.
-bool spark_interrupted_here(const std::exception_ptr& e) noexcept {
-  Task* task = my_task();
-  if (!task || !task->cap || !task->cap->current) return false;
-  const std::exception_ptr& last = task->cap->current->last_async;
-  if (!last) return false;
-  if (e == last) return true;
-  if (last != thread_killed_ptr()) return false;
-  try {  // a fresh thread_killed: the same kind is enough
-    std::rethrow_exception(e);
-  } catch (const thread_killed&) {
-    return true;
-  } catch (...) {
-  }
-  return false;
+// Note [Evaluating a spark here]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A spark thread evaluates a spark with run(s, false): whatever the
+// closure throws is caught into the spark and is its result, rethrown by
+// every get() - as forcing a GHC thunk that raised an exception raises it
+// again.  The maker evaluating its own spark in get() calls run(s, true),
+// which catches nothing: an exception leaves get() as from a plain call,
+// and the spark goes back to unevaluated (out of every pool, like an
+// overflowed one; its category, fizzled, stays counted once), so a later
+// get() evaluates it afresh.  That is what an asynchronous exception
+// raised in the maker during the evaluation needs: a timeout's
+// timeout_expired, a throw_to, a kill interrupt the maker, not the
+// closure, and GHC would freeze the half-done evaluation for the next
+// force to resume, which C++ cannot.  Kept as the result, a later get()
+// rethrew it - a timeout_expired that no timeout() frame matched any more
+// ended the program in std::terminate.  Telling asynchronous exceptions
+// from the closure's own in capture was tried and not kept: the runtime
+// noted per thread what it last raised, which misjudged an exception
+// object shared by several threads (deadlock detection's), one raised
+// before the evaluation began, and a rethrow after a nested timeout had
+// fired.  The price of not telling them apart: a closure that throws by
+// itself while its maker evaluates it is evaluated again by a later get().
+// The reset is in run's landing pad, so get() itself stays as small as it
+// was (a try block there made GCC stop inlining it into its callers:
+// `parfib 32 2` -N1 18 % slower); on its fast path the difference is one
+// argument.  Tested by
+// SparkPool.AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult and
+// SparkStress.InterruptedMakersGetTheValueOnRetry.
+void spark_evaluation_interrupted(spark_base* s) noexcept {
+  s->pool = nullptr;
+  s->state.store(spark_base::unpooled, std::memory_order_relaxed);
 }
 
 void spark_force_slow(spark_base* s) {
@@ -317,7 +312,7 @@ void spark_force_slow(spark_base* s) {
         rt.sparks_given_back_unsettled.fetch_sub(1, std::memory_order_relaxed);
       }
       s->state.store(spark_base::taken, std::memory_order_relaxed);
-      s->run(s);
+      s->run(s, true);  // Note [Evaluating a spark here]
       s->state.store(spark_base::done, std::memory_order_relaxed);
       return;
     }
@@ -331,7 +326,7 @@ void spark_force_slow(spark_base* s) {
     remove_spark(s->pool, s);
     bump(s->pool->fizzled);
     s->state.store(spark_base::taken, std::memory_order_relaxed);
-    s->run(s);
+    s->run(s, true);  // Note [Evaluating a spark here]
     s->state.store(spark_base::done, std::memory_order_relaxed);
     return;
   }

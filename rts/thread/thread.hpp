@@ -136,8 +136,6 @@ struct Thread {
   ThrowMsg* pending_head = nullptr; // [lock: wait_lock] FIFO of exceptions thrown to us
   ThrowMsg* pending_tail = nullptr; // [lock: wait_lock]
   std::exception_ptr raised;        // [thrower writes, then owner] for a wait that was interrupted
-  std::exception_ptr last_async;    // [owner] the last exception raised here asynchronously:
-                                    // Note [An interrupted spark] in sparks/sparks.cpp
   TimeoutFrame* timeouts = nullptr; // [owner] innermost timeout() in progress (io/timeouts.cpp)
   unsigned unarmed_timeouts = 0;    // [owner] frames in `timeouts` with no timer registered
   TimeoutFrame* armed = nullptr;    // [lock: wait_lock] frames with a timer registered

@@ -62,7 +62,6 @@ inline void reset_thread(Thread* t) noexcept {
   t->has_eh = false;
   t->mask = Mask::unmasked;
   t->raised = nullptr;
-  t->last_async = nullptr;
   t->timeouts = nullptr;
   t->unarmed_timeouts = 0;
   t->io_wait = IoWait::none;

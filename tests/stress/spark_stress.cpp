@@ -1,7 +1,8 @@
 // spark_stress.cpp - many makers, many thieves: every spark is evaluated
 // exactly once, results are right, the accounting adds up, makers that
 // migrate (woken on another capability) still settle their sparks, and
-// kills racing the completion of stolen sparks lose nothing.
+// kills racing the completion of stolen sparks lose nothing, and makers
+// interrupted while they evaluate their own sparks get the value on retry.
 #include <array>
 #include <atomic>
 #include <memory>
@@ -172,6 +173,100 @@ TEST_P(SparkStress, KillsRaceCompletions) {
     EXPECT_GT(interrupted.load(), 0) << "no kill landed in get() in " << kAttempts
                                      << " runs: the race was never run";
   }
+}
+
+}  // namespace
+
+namespace {
+
+struct poke {};
+
+// Note [Evaluating a spark here] (rts/sparks/sparks.cpp): makers whose get()
+// is interrupted at random - throw_to from a driver, or a short timeout
+// of their own - while they evaluate the spark inline or wait for a thief,
+// retry until they have the value.  Every get() that returns gives the
+// right value; an evaluation that was interrupted is started again, one
+// that completed never is (each closure completes at most once), and a
+// retry never sees a stale exception.
+TEST_P(SparkStress, InterruptedMakersGetTheValueOnRetry) {
+  stress::Watchdog dog(std::chrono::seconds(120), "interrupted spark makers");
+  constexpr int kSparks = 3;
+  const int kMakers = 400 / static_cast<int>(stress::kScale);
+  std::vector<std::atomic<int>> completions(static_cast<std::size_t>(kMakers * kSparks));
+  std::atomic<long> interruptions{0}, wrong{0}, stale{0};
+  capstan::run(capstan_test::opts(GetParam(), std::chrono::microseconds(500)), [&] {
+    capstan::mvar<int> done;
+    std::mt19937_64 rng(stress::seed());
+    for (int m = 0; m < kMakers; ++m) {
+      std::uint64_t maker_seed = rng();
+      capstan::mvar<int> finished;
+      // Forked masked (as GHC's forkIOWithUnmask): no poke can land before
+      // the maker's try blocks; they land only inside `restore`.
+      capstan::thread_id maker;
+      capstan::mask([&](capstan::mask_restore restore) {
+        maker = capstan::fork_io([&, m, maker_seed, restore] {
+        std::mt19937_64 r(maker_seed);
+        std::vector<std::unique_ptr<capstan::spark<long>>> sparks;
+        for (int k = 0; k < kSparks; ++k) {
+          unsigned work = static_cast<unsigned>(r() % 200);
+          std::atomic<int>* done_count = &completions[static_cast<std::size_t>(m * kSparks + k)];
+          sparks.emplace_back(new capstan::spark<long>(capstan::par([work, done_count, k] {
+            for (unsigned i = 0; i < work; ++i) capstan::yield_point();
+            done_count->fetch_add(1, std::memory_order_relaxed);
+            return static_cast<long>(k + 100);
+          })));
+        }
+        {
+          for (int k = 0; k < kSparks; ++k) {
+            for (;;) {
+              try {
+                long v = restore([&]() -> long {
+                  auto& sp = *sparks[static_cast<std::size_t>(k)];
+                  if (r() % 2 == 0) {
+                    auto got = capstan::timeout(std::chrono::microseconds(r() % 300),
+                                                [&] { return sp.get(); });
+                    return got ? *got : -1;
+                  }
+                  return sp.get();
+                });
+                if (v == -1) {
+                  interruptions.fetch_add(1, std::memory_order_relaxed);
+                  continue;  // timed out: try again
+                }
+                if (v != k + 100) wrong.fetch_add(1);
+                break;
+              } catch (const poke&) {
+                interruptions.fetch_add(1, std::memory_order_relaxed);
+              } catch (const capstan::timeout_expired&) {
+                stale.fetch_add(1);  // a stale one: no timeout() frame was left to catch it
+                break;
+              }
+            }
+          }
+          finished.put(1);
+        }
+      });
+      });
+      for (int p = static_cast<int>(rng() % 4); p > 0; --p) {
+        for (unsigned y = static_cast<unsigned>(rng() % 3); y > 0; --y) capstan::yield();
+        if (capstan::state_of(maker) == capstan::thread_state::finished) break;
+        try {
+          capstan::throw_to(maker, poke{});
+        } catch (...) {
+        }
+      }
+      finished.take();
+    }
+    done.put(1);
+    done.take();
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(stale.load(), 0);
+  for (std::size_t i = 0; i < completions.size(); ++i)
+    EXPECT_EQ(completions[i].load(), 1) << "spark " << i << " completed " << completions[i].load() << " times";
+  auto s = capstan::statistics().sparks;
+  EXPECT_EQ(s.created, s.converted + s.fizzled + s.gcd);
+  std::fprintf(stderr, "interruptions: %ld\n", interruptions.load());
 }
 
 }  // namespace

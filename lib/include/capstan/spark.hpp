@@ -100,10 +100,13 @@ struct spark_base {
   // [Completing a stolen spark] in rts/sparks/sparks.cpp).
   enum state_t : unsigned { pending, taken, stolen, done, unpooled, stolen_waiting };
 
-  // Evaluates the closure into the result, catching its exception there;
-  // returns whether the spark's destructor has nothing left to do once the
-  // spark is settled (Note [A spark's fast path]).
-  bool (*run)(spark_base*) noexcept = nullptr;
+  // Evaluates the closure into the result; returns whether the spark's
+  // destructor has nothing left to do once the spark is settled (Note [A
+  // spark's fast path]).  run(s, false) - a spark thread - catches the
+  // closure's exception into the result; run(s, true) - the maker, in
+  // get() - puts the spark back to unevaluated and lets it go on (Note
+  // [Evaluating a spark here] in rts/sparks/sparks.cpp).
+  bool (*run)(spark_base*, bool here) = nullptr;
   std::atomic<unsigned> state{pending};
   std::uint64_t index;             // position in pool->slots (owner-only; set by push)
   spark_pool* pool;                // where it was pushed, null if unpooled (set by push)
@@ -127,11 +130,9 @@ bool spark_make_room(spark_pool* p) noexcept;  // drops holes; true if not full 
 void spark_wake_sleeper() noexcept;
 [[noreturn]] void spark_cancelled();       // throws thread_killed
 [[noreturn]] void spark_rethrow(const std::exception_ptr& e);
-// spark_interrupted_here tells whether e, a spark's captured exception, is
-// an asynchronous exception the runtime raised in the calling thread (it
-// interrupted the evaluation rather than being its result): Note [An
-// interrupted spark] in rts/sparks/sparks.cpp.
-bool spark_interrupted_here(const std::exception_ptr& e) noexcept;
+// spark_evaluation_interrupted puts a spark whose evaluation by its maker
+// threw back to unevaluated (Note [Evaluating a spark here]).
+void spark_evaluation_interrupted(spark_base* s) noexcept;
 
 }  // namespace detail
 
@@ -176,10 +177,11 @@ class spark : detail::spark_base {
   // get returns f's result, evaluating f here if no other capability has
   // taken it, or waiting (parked, not spinning) for the one running it; an
   // asynchronous exception ends that wait at once (the spark runs on).
-  // f's exception is its result: rethrown by every get(), f evaluated
-  // once.  An asynchronous exception that interrupts f while get()
-  // evaluates it here is not: it goes on, and the next get() evaluates f
-  // afresh (GHC resumes the suspended evaluation; C++ cannot).
+  // When a spark thread evaluated f, f's exception is the result, rethrown
+  // by every get().  When get() evaluates f here, an exception - f's own,
+  // or an asynchronous one that interrupts it (a timeout, throw_to) - goes
+  // on as from a call, and a later get() evaluates f afresh (GHC resumes an
+  // interrupted evaluation; C++ cannot).  f completes at most once.
   R get() {
     detail::spark_pool* p = detail::spark_pool_here();
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
@@ -188,16 +190,13 @@ class spark : detail::spark_base {
       // Once out of the pool nobody else can see it: no `taken` store needed.
       p->top.store(index, std::memory_order_relaxed);
       detail::bump(p->fizzled);
-      tidy_ = run(this);
+      tidy_ = run(this, true);  // Note [Evaluating a spark here]
       state.store(done, std::memory_order_relaxed);  // a second get() must not pop again
     } else if (state.load(std::memory_order_acquire) != done) {
       detail::spark_force_slow(this);
     }
     if (!out_.has_value()) [[unlikely]] {
-      if (out_.failed()) {
-        if (detail::spark_interrupted_here(out_.error())) forget_interrupted_evaluation();
-        detail::spark_rethrow(out_.error());
-      }
+      if (out_.failed()) detail::spark_rethrow(out_.error());
       detail::spark_cancelled();  // settled unrun: shutdown came first
     }
     return out_.value();
@@ -215,19 +214,6 @@ class spark : detail::spark_base {
 
   template <class Fn>
   static constexpr bool fits = sizeof(Fn) <= kInline && alignof(Fn) <= alignof(std::max_align_t);
-
-  // forget_interrupted_evaluation: get() evaluated f here and an
-  // asynchronous exception ended it.  The spark goes back to unevaluated -
-  // out of every pool, as an overflowed one (its category, fizzled, stays
-  // counted), so the next get() runs it inline - and the exception goes on.
-  [[noreturn, gnu::noinline, gnu::cold]] void forget_interrupted_evaluation() {
-    std::exception_ptr e = out_.error();
-    out_.~outcome();
-    ::new (static_cast<void*>(&out_)) detail::outcome<R>();
-    pool = nullptr;
-    state.store(detail::spark_base::unpooled, std::memory_order_relaxed);
-    std::rethrow_exception(std::move(e));
-  }
 
   // untidy is ~spark's work for a spark that did not fizzle on get()'s fast
   // path, or whose closure or result needs destroying.
@@ -269,9 +255,19 @@ class spark : detail::spark_base {
         ::operator delete(heap, kHeapAlign<Fn>);
       };
     }
-    run = [](spark_base* b) noexcept {
+    run = [](spark_base* b, bool here) {
       auto* self = static_cast<spark*>(b);
-      bool trivial_value = self->out_.capture(self->template closure<Fn>());
+      bool trivial_value;
+      if (here) {
+        try {
+          trivial_value = self->out_.evaluate(self->template closure<Fn>());
+        } catch (...) {
+          detail::spark_evaluation_interrupted(b);  // unevaluated again
+          throw;
+        }
+      } else {
+        trivial_value = self->out_.capture(self->template closure<Fn>());
+      }
       return trivial_value && fits<Fn> && std::is_trivially_destructible_v<Fn>;
     };
     push();

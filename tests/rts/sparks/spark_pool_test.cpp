@@ -277,7 +277,7 @@ class StealProtocol : public ::testing::Test {
   void own_victim(Task* t) { capstan::rts::take_capability(t, victim()); }
   // What the thief's spark thread does with a spark it got: run, publish.
   static void run_stolen(spark_base* s) {
-    s->run(s);
+    s->run(s, false);  // as a spark thread does
     s->state.store(spark_base::done, std::memory_order_release);
   }
   std::unique_ptr<Capability> caps_[2];

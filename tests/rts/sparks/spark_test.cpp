@@ -421,14 +421,14 @@ struct interrupt {
   int n;
 };
 
-// Note [An interrupted spark] (rts/sparks/sparks.cpp): an asynchronous
-// exception that interrupts a spark its maker is evaluating itself - get()
-// took it from the pool - ends that evaluation and reaches the maker; it
-// is not the spark's result.  The next get() evaluates the spark again.
-// (It was kept as the result: the second get() rethrew a stale
-// timeout_expired that no timeout() could catch, and the program ended in
-// std::terminate.)  At -N1 no other capability can take the spark, so
-// get() always evaluates it here.
+// Note [Evaluating a spark here] (rts/sparks/sparks.cpp): an exception
+// from a spark its maker evaluates itself - get() took it from the pool -
+// leaves get() as from a call and is not kept as the spark's result; the
+// next get() evaluates the spark again.  For an asynchronous exception
+// that interrupts the evaluation that is the point: kept as the result,
+// the second get() rethrew a stale timeout_expired that no timeout() could
+// catch, and the program ended in std::terminate.  At -N1 no other
+// capability can take the spark, so get() always evaluates it here.
 TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
   std::atomic<int> evaluations{0};
   std::string log;
@@ -466,8 +466,8 @@ TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
       capstan::throw_to(maker, interrupt{3});
       log += out.take() + ";";
     }
-    // A synchronous exception is the spark's result: one evaluation, and
-    // every get() rethrows it.
+    // The closure's own exception, thrown while its maker evaluates it,
+    // goes on the same way: each get() evaluates it and rethrows.
     {
       auto s = capstan::par([&]() -> int {
         evaluations.fetch_add(1);
@@ -483,7 +483,7 @@ TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
     }
   });
   EXPECT_EQ(log, "timed out;second=7;interrupted 3;second=8;sync;sync;");
-  EXPECT_EQ(evaluations.load(), 5) << "two interrupted evaluations were run again, the throwing one once";
+  EXPECT_EQ(evaluations.load(), 6) << "each interrupted or throwing evaluation is run again by the next get()";
   auto s = capstan::statistics().sparks;
   EXPECT_EQ(s.created, s.converted + s.fizzled + s.gcd) << "every spark in one category";
 }

@@ -37,6 +37,22 @@ class outcome {
     if (has_ == kError) destroy_error();
   }
 
+  // evaluate calls f and keeps its result; f's exception goes on, leaving
+  // the outcome empty.  Returns what capture returns for a value.
+  template <class F>
+  bool evaluate(F& f) {
+    if constexpr (std::is_void_v<R>) {
+      std::invoke(f);
+      ::new (static_cast<void*>(&value_)) stored(true);
+    } else if constexpr (std::is_reference_v<R>) {
+      ::new (static_cast<void*>(&value_)) stored(std::addressof(static_cast<R>(std::invoke(f))));
+    } else {
+      ::new (static_cast<void*>(&value_)) stored(std::invoke(f));
+    }
+    has_ = kValue;
+    return std::is_trivially_destructible_v<stored>;
+  }
+
   // capture calls f and keeps its result or its exception; never throws.
   // Returns whether it kept a value that needs no destructor call (the
   // outcome may then be left undestroyed).  Call it once.
