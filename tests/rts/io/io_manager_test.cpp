@@ -618,6 +618,19 @@ TEST(IoManagerLifeCycle, ATimedWaitWhoseTimerFailsLeavesThePrimitiveUsable) {
       }
       io_test_hooks.start_fault = nullptr;
       EXPECT_TRUE(threw) << "mode " << mode;
+      // The wait that failed is not published any more: this thread runs,
+      // and a throw to it is raised at a safe point, not served as to a
+      // waiter (whose waiter object is gone).
+      EXPECT_EQ(capstan::state_of(capstan::self()), capstan::thread_state::running) << "mode " << mode;
+      capstan::thread_id me = capstan::self();
+      capstan::fork_io([me] { capstan::throw_to(me, std::runtime_error("after")); });
+      std::string after;
+      try {
+        for (int i = 0; i < 1000; ++i) capstan::yield();
+      } catch (const std::runtime_error& e) {
+        after = e.what();
+      }
+      EXPECT_EQ(after, "after") << "mode " << mode;
       EXPECT_EQ(m.waiting(), 0u) << "mode " << mode;
       EXPECT_TRUE(m.try_put(1)) << "mode " << mode;
       EXPECT_EQ(m.take(), 1);
