@@ -98,12 +98,16 @@ void notify_shutdown() {
   // [Shutdown checkpoints] in schedule/yield.cpp).
   if (rt.shutting_down.load(std::memory_order_acquire) && !self->bound) [[unlikely]] {
     // Reclaimed before it ever ran: killed, as a thread killed before its
-    // first run is, so counted as having died too.
-    Capability* cap = my_task()->cap;
-    cap->threads_killed.add();
-    cap->threads_died.add();
-    rt.fates.died(self->id);
-    self->trace_killed = true;
+    // first run is, so counted as having died too.  A spark thread is the
+    // runtime's: it just ends (Note [Spark threads at shutdown] in
+    // sparks/sparks.cpp).
+    if (!self->spark_thread) {
+      Capability* cap = my_task()->cap;
+      cap->threads_killed.add();
+      cap->threads_died.add();
+      rt.fates.died(self->id);
+      self->trace_killed = true;
+    }
   } else if (self->on_reserve && !self->bound && !self->is_main) [[unlikely]] {
     // No stack could be had: end before running (Note [Running out of
     // stacks] in storage/stack.cpp).

@@ -185,6 +185,18 @@ struct SparkThreadClosure {
   spark_base* first;
 };
 
+// Note [Spark threads at shutdown]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Spark threads are the runtime's, not the program's: one still looking
+// for sparks when the program ends is not a thread the program had
+// killed, and +RTS -s should not say so (a program that killed nothing
+// read "killed 1").  So at shutdown a spark thread ends as finished: it
+// settles the sparks it holds (cancel) and returns, whether the shutdown
+// finds it at the top of its loop, at the yield between sparks (where the
+// shutdown checkpoint throws thread_killed: caught here), or before it
+// ever ran (thread_entry counts no kill for it: Thread::spark_thread).
+// A closure it runs that is killed at shutdown is another matter: that
+// kill is caught into the spark's result, and get() rethrows it.
 bool spark_thread_invoke(void* p) {
   spark_base* s = static_cast<SparkThreadClosure*>(p)->first;
   static_cast<SparkThreadClosure*>(p)->first = nullptr;  // ours to run now
@@ -205,7 +217,14 @@ bool spark_thread_invoke(void* p) {
     // finds nothing while the run queue is non-empty).  A maker woken by
     // this spark, say, runs before we take the next one.
     if (has_threads(cap)) {
-      yield_current();
+      try {
+        yield_current();
+      } catch (const thread_killed&) {
+        if (!rt.shutting_down.load(std::memory_order_relaxed)) throw;
+        cap = my_task()->cap;  // See Note [Spark threads at shutdown]
+        while (cap->n_stolen_sparks) cancel(cap, cap->stolen_sparks[--cap->n_stolen_sparks]);
+        return true;
+      }
       cap = my_task()->cap;
     }
     s = find_spark(cap);

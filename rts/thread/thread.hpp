@@ -66,6 +66,7 @@ struct Thread {
   bool locked = false;             // fork_on or bound: never migrates
   bool bound = false;              // runs only on bound_task's OS thread
   bool is_main = false;            // run()'s main thread (never killed at shutdown)
+  bool spark_thread = false;       // a spark thread: it ends at shutdown, not killed
   // On one of the arena's reserve stacks: no other stack could be had at
   // its first run (Note [Running out of stacks] in storage/stack.cpp).
   // [owner: the capability running it]

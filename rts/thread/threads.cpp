@@ -87,6 +87,7 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
   t->live_id.store(t->id, std::memory_order_relaxed);
   t->bound = bound;
   t->is_main = bound;  // the only bound system thread is run()'s main
+  t->spark_thread = !bound;  // and the only unbound ones are spark threads
   t->locked = locked;
   link_home(cap, t);
   cap->threads_created.add();

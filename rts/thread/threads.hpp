@@ -51,7 +51,7 @@ inline void reset_thread(Thread* t) noexcept {
   t->sp = nullptr;
   t->stack_lo = nullptr;
   t->closure_align = 0;
-  t->locked = t->bound = t->is_main = t->returning = t->on_reserve = false;
+  t->locked = t->bound = t->is_main = t->returning = t->on_reserve = t->spark_thread = false;
   t->bound_task = nullptr;
   t->saved_errno = 0;
   t->eh = EhGlobals{};

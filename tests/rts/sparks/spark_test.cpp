@@ -381,6 +381,31 @@ TEST_F(SparkSteal, UninterruptibleMaskDefersTheKillPastTheSpark) {
   EXPECT_EQ(kill_returned, 2);
 }
 
+// Note [Spark threads at shutdown]: a spark thread still looking for work
+// when the program ends is the runtime's; it ends, and the statistics say
+// the program killed nothing.  At -N1 the spark thread made while main
+// waited in get() is queued behind main when main returns.
+TEST_F(SparkShutdown, SparkThreadsEndWithoutBeingCountedAsKilled) {
+  int v = 0;
+  run(capstan_test::opts(1), [&] {
+    auto s1 = capstan::par([] {
+      capstan::sleep_for(std::chrono::milliseconds(5));
+      return 1;
+    });
+    auto s2 = capstan::par([] {
+      capstan::sleep_for(std::chrono::milliseconds(5));
+      return 2;
+    });
+    v = s1.get() + s2.get();
+  });
+  EXPECT_EQ(v, 3);
+  auto st = capstan::statistics();
+  EXPECT_GE(st.sparks.converted, 1u) << "no spark thread was made: the test shows nothing";
+  EXPECT_EQ(st.threads_killed, 0u) << st.summary();
+  EXPECT_EQ(st.threads_died, 0u) << st.summary();
+  EXPECT_EQ(st.threads_finished, st.threads_created);
+}
+
 TEST_F(SparkShutdown, SparksLeftInPoolsAreCountedGcdAndNeverRun) {
   std::atomic<int> ran{0};
   run(capstan_test::opts(1), [&] {
