@@ -77,18 +77,52 @@ struct Track {
   std::array<std::uint64_t, 2> sparks{};  // created, converted: awaiting sparks2
 };
 
+// utf8_length: the length of the well-formed UTF-8 sequence at the start
+// of s (RFC 3629: no overlong forms, no surrogates, nothing past
+// U+10FFFF), or 0 if there is none.
+std::size_t utf8_length(std::string_view s) {
+  auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  unsigned char c = b(0);
+  std::size_t n;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (s.size() < n || b(1) < lo || b(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i)
+    if (b(i) < 0x80 || b(i) > 0xbf) return 0;
+  return n;
+}
+
+// json_string quotes s for JSON.  A label is any bytes the program gave
+// label_thread, and JSON is UTF-8: a byte that begins no well-formed
+// UTF-8 sequence becomes U+FFFD, so the file stays valid JSON that every
+// reader loads.
 std::string json_string(std::string_view s) {
   std::string r = "\"";
-  for (char ch : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    char ch = s[i];
     auto u = static_cast<unsigned char>(ch);
     if (ch == '"' || ch == '\\') {
       r += '\\';
       r += ch;
     } else if (u < 0x20) {
       r += fmt::format("\\u{:04x}", u);
+    } else if (u >= 0x80) {
+      std::size_t n = utf8_length(s.substr(i));
+      if (n == 0) {
+        r += "\\ufffd";
+        ++i;
+      } else {
+        r.append(s.substr(i, n));
+        i += n;
+      }
+      continue;
     } else {
       r += ch;
     }
+    ++i;
   }
   return r + "\"";
 }

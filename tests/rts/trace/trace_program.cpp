@@ -33,6 +33,9 @@ void mix() {
     for (int i = 0; i < 200; ++i) ping.take(), pong.put(i);
   });
   capstan::label_thread(b, "ponger \"quoted\"");
+  // Not UTF-8 (a stray byte, a cut sequence) around well-formed UTF-8: the
+  // trace must stay valid JSON (json_string in rts/trace/writer.cpp).
+  capstan::label_thread(capstan::fork_io([] {}), "bad \xff\xfe \xc3( caf\xc3\xa9 \xe2\x82");
   std::printf("fib %ld\n", fib(24));
   int r = capstan::safe_call([] {
     ::usleep(2000);

@@ -37,7 +37,7 @@ def run(program, mode, n, path):
 
 def load(path, where):
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:  # strict: JSON is UTF-8
             return json.load(f)
     except (OSError, ValueError) as e:
         check(False, f"{where}: trace is not valid JSON: {e}")
@@ -117,6 +117,9 @@ def main():
               f"{where}: the label 'pinger' names no span")
         check(any(e["args"].get("label") == 'ponger "quoted"' for e in thread_spans),
               f"{where}: a label with quotes did not survive")
+        bad = "bad \ufffd\ufffd \ufffd( caf\u00e9 \ufffd\ufffd"
+        check(any(e["args"].get("label") == bad for e in thread_spans),
+              f"{where}: a label that is not UTF-8 was not written with U+FFFD for its bad bytes")
         stops = {e["args"]["stop"] for e in thread_spans}
         for s in ("blocked_mvar", "blocked_chan", "blocked_timer", "safe_call", "finished", "killed"):
             check(s in stops, f"{where}: no run span stopped with {s} (saw {sorted(stops)})")
