@@ -43,7 +43,7 @@ void on_segv(int sig, siginfo_t* info, void* uctx) {
 
 void report_stack_overflow(const Thread* t) noexcept {
   char buf[256];
-  const char* label = t->label ? t->label->c_str() : "unlabelled";
+  const char* label = t->label ? t->label->c_str() : t->is_main ? "main" : "unlabelled";
   int n = std::snprintf(buf, sizeof buf,
                         "capstan: stack overflow in thread %llu (%s): its stack of %zu bytes "
                         "is exhausted (raise it with +RTS -K<size>)\n",

@@ -35,4 +35,20 @@ TEST(OverflowHandlerDeathTest, StackOverflowNamesTheThread) {
       "stack overflow in thread [0-9]+ \\(deep\\): its stack of 65536 bytes is exhausted");
 }
 
+// Main unlabelled is "main" here too, as in thread dumps and the hog
+// warning (it read "unlabelled").
+TEST(OverflowHandlerDeathTest, StackOverflowInMainSaysMain) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers report SIGSEGV themselves";
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        capstan::options o = capstan_test::opts(1);
+        o.stack_size = 64 * 1024;
+        capstan::run(o, [] { return recurse(nullptr, 0); });
+      },
+      "stack overflow in thread [0-9]+ \\(main\\): its stack of 65536 bytes is exhausted");
+}
+
 }  // namespace
