@@ -87,6 +87,9 @@ struct alignas(64) Capability {
   // work waiting: Note [Deferred hand-off] in foreign/safe_call.cpp
   std::atomic<std::uint32_t> deferred_calls{0};
   std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
+  std::atomic<bool> bulk_wake{false};          // [owner writes, ticker reads; relaxed] its thread is
+                                               // inside a wake of thousands of threads: Note
+                                               // [Warning about a hog] in schedule/hog_warning.cpp
 
   // Sparks: see Note [Spark pools] in sparks/pool.cpp.
   alignas(64) detail::spark_pool sparks;       // [owner] (+ request: [atomic])

@@ -328,13 +328,37 @@ void wake_list::more(Thread* t) noexcept {
   chain_tail_ = t;  // served order is kept: FIFO into the run queue
 }
 
+// A long chain (a latch, barrier or notify_all releasing thousands) marks
+// the waker's capability while it runs, so that the hog warning does not
+// blame the program for the runtime's own loop (Note [Warning about a hog]
+// in schedule/hog_warning.cpp).  Waking never switches: the capability
+// read at the mark is still ours at the end.
 void wake_list::wake_rest() noexcept {
+  if (!chain_) [[likely]] {  // one thread: the hand-off's case
+    rts::wake(first_);
+    return;
+  }
+  wake_chain();
+}
+
+void wake_list::wake_chain() noexcept {
   rts::wake(first_);
+  unsigned n = 0;
+  rts::Capability* marked = nullptr;
   for (Thread* t = chain_; t;) {
     Thread* next = t->link;
     rts::wake(t);
+    if (++n == kBulkWake) [[unlikely]] marked = mark_bulk_wake();
     t = next;
   }
+  if (marked) [[unlikely]] marked->bulk_wake.store(false, std::memory_order_relaxed);
+}
+
+rts::Capability* wake_list::mark_bulk_wake() noexcept {
+  rts::Task* task = rts::my_task();
+  if (!task || !task->cap) return nullptr;  // a plain OS thread: no capability to mark
+  task->cap->bulk_wake.store(true, std::memory_order_relaxed);
+  return task->cap;
 }
 
 mvar_core::~mvar_core() {

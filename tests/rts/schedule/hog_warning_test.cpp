@@ -5,9 +5,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "capability/capability.hpp"
 #include "capstan_test.hpp"
+#include "schedule/hog_warning.hpp"
+#include "thread/thread.hpp"
+#include "white_box.hpp"
 
 namespace {
 
@@ -88,6 +95,58 @@ TEST_F(HogWarning, ZeroSilencesIt) {
     done.take();
   });
   EXPECT_EQ(count(err.restore(), "has held capability"), 0u);
+}
+
+// Note [Warning about a hog]: time a capability spends waking thousands of
+// threads at once (Capability::bulk_wake, set by wake_list for a long
+// chain) is the runtime's, not the program's.  White-box: a HogWarner over
+// one hand-made capability whose thread never reaches a safe point while
+// another waits; ticked by hand, 2 ms apart.  With bulk_wake set for as
+// long as the limit and more, nothing is named; cleared, the program's
+// own time is counted from then, and the thread is named once it has
+// held the capability past the limit.
+TEST(HogWarnerUnit, TimeSpentWakingThousandsOfThreadsIsNotTheProgramsHog) {
+  capstan::options o;
+  o.warn_hog = std::chrono::milliseconds(20);
+  o.timeslice = std::chrono::milliseconds(1);
+  capstan_test::WhiteBoxRuntime runtime(o);
+  using capstan::rts::rt;
+  auto cap = std::make_unique<capstan::rts::Capability>();
+  cap->no = 0;
+  rt.caps.push_back(cap.get());
+  rt.n_caps = 1;
+  std::vector<capstan::rts::Thread> threads(2);
+  threads[0].id = 7;
+  threads[0].home = cap.get();
+  cap->all_head = &threads[0];
+  cap->current = &threads[0];
+  cap->run_queue.push_back(&threads[1]);  // one thread waits for the capability
+  capstan::rts::HogWarner warner;
+  constexpr std::int64_t kPeriod = 2'000'000;
+  auto tick_for = [&](std::chrono::milliseconds d) {
+    auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end) {
+      warner.tick(kPeriod);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kPeriod));
+    }
+  };
+  StderrFile err;
+  cap->bulk_wake.store(true);
+  tick_for(std::chrono::milliseconds(80));  // four times the limit, all of it waking
+  std::string during = err.restore();
+  StderrFile err2;
+  cap->bulk_wake.store(false);
+  tick_for(std::chrono::milliseconds(10));  // under the limit since the wake ended
+  std::string just_after = err2.restore();
+  StderrFile err3;
+  tick_for(std::chrono::milliseconds(60));
+  std::string later = err3.restore();
+  (void)cap->run_queue.pop_front();
+  rt.caps.clear();
+  rt.n_caps = 0;
+  EXPECT_EQ(count(during, "has held capability"), 0u) << during;
+  EXPECT_EQ(count(just_after, "has held capability"), 0u) << just_after;
+  EXPECT_EQ(count(later, "capstan: thread 7 has held capability 0"), 1u) << later;
 }
 
 }  // namespace

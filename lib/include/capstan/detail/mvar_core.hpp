@@ -115,8 +115,13 @@ class wake_list {
   bool empty() const noexcept { return first_ == nullptr; }
 
  private:
+  // A wake of this many chained threads or more marks the capability
+  // (Capability::bulk_wake) until it is done.
+  static constexpr unsigned kBulkWake = 1024;
   void more(rts::Thread* thread) noexcept;
   void wake_rest() noexcept;
+  void wake_chain() noexcept;
+  static rts::Capability* mark_bulk_wake() noexcept;
   rts::Thread* first_ = nullptr;
   rts::Thread* chain_ = nullptr;       // further threads, linked by the runtime
   rts::Thread* chain_tail_ = nullptr;
