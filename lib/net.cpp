@@ -224,14 +224,27 @@ addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
     hints.ai_flags &= ~AI_NUMERICHOST;
     rc = capstan::safe_call([&] { return ::getaddrinfo(node, service.c_str(), &hints, &res); });
   }
-  if (rc != 0)
-    throw std::system_error(rc == EAI_SYSTEM ? errno : EINVAL, std::generic_category(),
-                            fmt::format("{}: cannot resolve '{}': {}", what, host,
-                                        ::gai_strerror(rc)));
+  if (rc == EAI_SYSTEM)
+    throw std::system_error(errno, std::generic_category(),
+                            fmt::format("{}: cannot resolve '{}'", what, host));
+  if (rc != 0)  // what() ends with gai_strerror's text, from the category
+    throw std::system_error(rc, resolver_category(),
+                            fmt::format("{}: cannot resolve '{}'", what, host));
   return addrinfo_ptr(res);
 }
 
+class resolver_error_category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "getaddrinfo"; }
+  std::string message(int code) const override { return ::gai_strerror(code); }
+};
+
 }  // namespace
+
+const std::error_category& resolver_category() noexcept {
+  static const resolver_error_category category;
+  return category;
+}
 
 // ---------------------------------------------------------------- socket_fd
 

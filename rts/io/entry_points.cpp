@@ -153,7 +153,10 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, b
     struct pollfd p {fd, static_cast<short>(writable ? POLLOUT : POLLIN), 0};
     int n = ::poll(&p, 1, 0);
     detail::safe_point();
-    return n != 0;  // ready, or an error the caller's IO will report
+    if (n > 0 && (p.revents & POLLNVAL))  // not open: as the wait below reports it
+      throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(UV_EBADF)));
+    return n > 0;  // ready, or an error (POLLERR, POLLHUP) the caller's IO will report;
+                   // poll's own failure (EINTR) is "not ready yet"
   }
   io.ensure_started();
   Request* r = new_request(Op::wait_fd);

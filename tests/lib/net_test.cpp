@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -183,6 +184,31 @@ TEST_P(Net, ConnectsByHostName) {
     c.shutdown_write();
     l.close();
     stopped.take();
+  });
+}
+
+// A name that cannot be resolved says why in getaddrinfo's words, with
+// getaddrinfo's code: "a..b" (an empty label) is refused by the resolver
+// itself, so the test needs no DNS server.
+TEST_P(Net, AnUnresolvableHostSaysWhyInGetaddrinfosWords) {
+  run([] {
+    for (bool listening : {false, true}) {
+      try {
+        if (listening)
+          capstan::net::listener::listen("a..b", 0);
+        else
+          capstan::net::connect("a..b", 1);
+        ADD_FAILURE() << "resolving 'a..b' did not throw";
+      } catch (const std::system_error& e) {
+        std::string what = e.what();
+        EXPECT_NE(what.find("cannot resolve 'a..b'"), std::string::npos) << what;
+        EXPECT_EQ(e.code().category(), capstan::net::resolver_category()) << what;
+        EXPECT_EQ(e.code().value(), EAI_NONAME) << what;
+        std::string why = ::gai_strerror(EAI_NONAME);
+        ASSERT_GE(what.size(), why.size());
+        EXPECT_EQ(what.substr(what.size() - why.size()), why);  // not ": Invalid argument"
+      }
+    }
   });
 }
 

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <system_error>
 #include <utility>
 
 namespace capstan::net {
@@ -129,5 +130,12 @@ class listener {
 // connect opens a TCP connection to host:port, parking until it is
 // established.  Throws std::system_error naming host:port on failure.
 connection connect(const std::string& host, std::uint16_t port);
+
+// resolver_category is the error category of a host that getaddrinfo
+// could not resolve (connect, listener::listen): the code's value is
+// getaddrinfo's EAI_* result and its message gai_strerror's text.  (A
+// failure of the system call beneath, EAI_SYSTEM, carries errno in
+// std::generic_category instead.)
+const std::error_category& resolver_category() noexcept;
 
 }  // namespace capstan::net

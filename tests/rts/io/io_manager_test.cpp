@@ -352,6 +352,43 @@ TEST_P(IoManager, BadFdIsAUsageError) {
   });
 }
 
+// An fd number that is not open is an io_error naming it, whether the call
+// only checks (a zero time-out: poll's POLLNVAL) or waits (uv_poll_init's
+// EBADF); a check used to answer "ready".
+TEST_P(IoManager, AnFdThatIsNotOpenIsAnIoErrorForChecksAndWaitsAlike) {
+  run([] {
+    capstan::rts::io_start();  // its fds first: none may take the number below
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    int closed = fds[0];
+    ::close(fds[0]);
+    ::close(fds[1]);
+    auto expect_error = [closed](const char* call, auto&& f) {
+      try {
+        f();
+        ADD_FAILURE() << call << " on fd " << closed << " (not open) did not throw";
+      } catch (const capstan::io_error& e) {
+        std::string what = e.what();
+        EXPECT_NE(what.find("cannot poll fd " + std::to_string(closed)), std::string::npos)
+            << call << ": " << what;
+      }
+    };
+    expect_error("wait_readable_for(0ms)", [&] { capstan::wait_readable_for(closed, 0ms); });
+    expect_error("wait_writable_for(0ms)", [&] { capstan::wait_writable_for(closed, 0ms); });
+    expect_error("wait_readable_for(-1ms)", [&] { capstan::wait_readable_for(closed, -1ms); });
+    expect_error("wait_writable_for(1s)", [&] { capstan::wait_writable_for(closed, 1s); });
+    expect_error("wait_readable", [&] { capstan::wait_readable(closed); });
+    // The IO manager is still in order: a real pipe still reports ready.
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    ASSERT_EQ(::write(p[1], "x", 1), 1);
+    EXPECT_TRUE(capstan::wait_readable_for(p[0], 0ms));
+    EXPECT_TRUE(capstan::wait_readable_for(p[0], 1s));
+    ::close(p[0]);
+    ::close(p[1]);
+  });
+}
+
 // Threads parked in sleeps and fd waits are killed at shutdown: run returns
 // promptly and (under ASan) nothing leaks; a later run starts a fresh IO thread.
 TEST_P(IoManager, ShutdownWithThreadsParkedInTheIoManager) {
