@@ -87,9 +87,10 @@ struct alignas(64) Capability {
   // work waiting: Note [Deferred hand-off] in foreign/safe_call.cpp
   std::atomic<std::uint32_t> deferred_calls{0};
   std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
-  std::atomic<bool> bulk_wake{false};          // [owner writes, ticker reads; relaxed] its thread is
-                                               // inside a wake of thousands of threads: Note
-                                               // [Warning about a hog] in schedule/hog_warning.cpp
+  std::atomic<bool> runtime_loop{false};       // [owner writes, ticker reads; relaxed] its thread is
+                                               // inside one of the runtime's loops over thousands
+                                               // of threads: Note [Warning about a hog] in
+                                               // schedule/hog_warning.cpp
 
   // Sparks: see Note [Spark pools] in sparks/pool.cpp.
   alignas(64) detail::spark_pool sparks;       // [owner] (+ request: [atomic])
@@ -124,10 +125,14 @@ struct alignas(64) Capability {
 // drain_inbox moves the threads sent to `cap` into its run queue, in
 // arrival order (the holder only).  A thread back from a safe call goes to
 // the front: Note [Returning from a safe call] in foreign/safe_call.cpp.
+// Thousands of arrivals at once (a latch released on another capability)
+// take a while: see Note [Warning about a hog].
 static inline void drain_inbox(Capability* cap) {
   if (!cap->inbox.maybe_nonempty()) return;
-  if (std::size_t n = cap->run_queue.push_arrivals(cap->inbox.take_all()))
+  if (std::size_t n = cap->run_queue.push_arrivals(cap->inbox.take_all(cap->runtime_loop))) {
     cap->threads_received.add(n);
+    if (n >= kLongLoop) [[unlikely]] cap->runtime_loop.store(false, std::memory_order_relaxed);
+  }
 }
 
 // has_threads: does a thread wait in `cap`'s run queue or inbox (the inbox

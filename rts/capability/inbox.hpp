@@ -21,6 +21,10 @@
 
 namespace capstan::rts {
 
+// kLongLoop: a loop of the runtime's own over this many threads or more
+// marks its capability (Capability::runtime_loop) while it runs.
+constexpr unsigned kLongLoop = 1024;
+
 class Inbox {
  public:
   // push_chain pushes first..last (linked through link, in FIFO order).
@@ -34,8 +38,22 @@ class Inbox {
   bool maybe_nonempty() const { return stack_.maybe_nonempty(); }
   bool nonempty_seq_cst() const { return stack_.nonempty_seq_cst(); }
 
-  // take_all returns every pushed thread in arrival order, or null.
-  Thread* take_all() { return stack_.take_all_fifo(); }
+  // take_all returns every pushed thread in arrival order, or null.  From
+  // the kLongLoop-th thread on it sets `long_loop` (its capability's
+  // runtime_loop), which the caller clears once the arrivals are queued:
+  // Note [Warning about a hog] in schedule/hog_warning.cpp.
+  Thread* take_all(std::atomic<bool>& long_loop) {
+    Thread* h = stack_.take_all();
+    Thread* r = nullptr;  // the reversal, counted (Stack::reverse, plus the mark)
+    for (unsigned n = 0; h;) {
+      Thread* next = h->link;
+      h->link = r;
+      r = h;
+      h = next;
+      if (++n == kLongLoop) [[unlikely]] long_loop.store(true, std::memory_order_relaxed);
+    }
+    return r;
+  }
 
  private:
   using Stack = MpscStack<Thread, &Thread::link, std::memory_order_seq_cst>;

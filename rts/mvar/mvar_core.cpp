@@ -47,9 +47,27 @@ std::size_t memory_limit_bytes() noexcept {
   return total > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(total);
 }
 
+// A primitive's lock is only ever held by the runtime's code, but not
+// always briefly: a latch, barrier or notify_all serves every waiter under
+// it (50,000 threads released by one count_down hold it 20 ms here).  A
+// thread that has waited kSpinTurns turns for it and is yielding its OS
+// thread marks its capability as inside the runtime's loop until it gets
+// the lock, so that the hog warning does not name it (Note [Warning about
+// a hog] in schedule/hog_warning.cpp): only a mark it set itself is
+// cleared, as an outer loop of the runtime's may have set one already.
 void mvar_core::lock_slow() noexcept {
-  for (rts::SpinWait w;; w.turn())
+  unsigned turns = 0;
+  for (;; rts::spin_turn(turns)) {
     if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;
+    if (turns == rts::kSpinTurns) [[unlikely]] break;
+  }
+  rts::Task* task = rts::my_task();
+  rts::Capability* cap = task ? task->cap : nullptr;  // none on a plain OS thread
+  bool marked = cap && !cap->runtime_loop.load(std::memory_order_relaxed);
+  if (marked) cap->runtime_loop.store(true, std::memory_order_relaxed);
+  for (;; rts::spin_turn(turns))
+    if (!locked_.load(std::memory_order_relaxed) && try_lock()) break;
+  if (marked) cap->runtime_loop.store(false, std::memory_order_relaxed);
 }
 
 namespace {
@@ -322,17 +340,27 @@ void mvar_core::cannot_block(const char* what, const char* plain) {
   throw usage_error(plain);
 }
 
+// A long chain (a latch, barrier or notify_all releasing thousands) marks
+// the waker's capability from its kLongLoop-th thread until wake_chain is
+// done, so that the hog warning does not blame the program for the
+// runtime's own loop, the serving under the primitive's lock included
+// (Note [Warning about a hog] in schedule/hog_warning.cpp).  Nothing
+// between the first more() and the end of wake_chain switches: the
+// capability read at the mark is still ours at the end.
 void wake_list::more(Thread* t) noexcept {
+  static_assert(kLongLoop == rts::kLongLoop);
   t->link = nullptr;  // t is dequeued and not yet runnable: link is free
-  if (chain_tail_) chain_tail_->link = t; else chain_ = t;
+  if (chain_tail_) {
+    chain_tail_->link = t;
+    if (++n_ == kLongLoop) [[unlikely]] marked_ = mark_long_loop();
+  } else {
+    chain_ = t;
+    n_ = 2;  // first_ and t
+    marked_ = nullptr;
+  }
   chain_tail_ = t;  // served order is kept: FIFO into the run queue
 }
 
-// A long chain (a latch, barrier or notify_all releasing thousands) marks
-// the waker's capability while it runs, so that the hog warning does not
-// blame the program for the runtime's own loop (Note [Warning about a hog]
-// in schedule/hog_warning.cpp).  Waking never switches: the capability
-// read at the mark is still ours at the end.
 void wake_list::wake_rest() noexcept {
   if (!chain_) [[likely]] {  // one thread: the hand-off's case
     rts::wake(first_);
@@ -343,21 +371,19 @@ void wake_list::wake_rest() noexcept {
 
 void wake_list::wake_chain() noexcept {
   rts::wake(first_);
-  unsigned n = 0;
-  rts::Capability* marked = nullptr;
   for (Thread* t = chain_; t;) {
     Thread* next = t->link;
     rts::wake(t);
-    if (++n == kBulkWake) [[unlikely]] marked = mark_bulk_wake();
     t = next;
   }
-  if (marked) [[unlikely]] marked->bulk_wake.store(false, std::memory_order_relaxed);
+  if (n_ >= kLongLoop && marked_) [[unlikely]]
+    marked_->runtime_loop.store(false, std::memory_order_relaxed);
 }
 
-rts::Capability* wake_list::mark_bulk_wake() noexcept {
+rts::Capability* wake_list::mark_long_loop() noexcept {
   rts::Task* task = rts::my_task();
   if (!task || !task->cap) return nullptr;  // a plain OS thread: no capability to mark
-  task->cap->bulk_wake.store(true, std::memory_order_relaxed);
+  task->cap->runtime_loop.store(true, std::memory_order_relaxed);
   return task->cap;
 }
 

@@ -21,18 +21,37 @@
 // up within a timeslice of the ticker's request, so the limit is at least
 // a timeslice and two ticks; and the stall must have been seen by as many
 // ticks as the limit holds periods, so a ticker that was itself kept off
-// the CPU for a while (which also delays the timeslice's end) blames no one.  Cost:
-// nothing on the scheduler's paths; a few loads per capability per tick.
+// the CPU for a while (which also delays the timeslice's end) blames no one.
+// Nor does a capability whose own OS thread the kernel is not running:
+// with more capabilities than CPUs (-N4 on two cores) an OS thread is
+// routinely kept off the CPU for a few ms in the middle of an ordinary
+// thread's run, and its epoch stands still just as a hog's does.  So at
+// the first tick that finds a capability stalled, the warner reads the CPU
+// clock of the OS thread holding it (Task::os_tid), and names a thread
+// only once that OS thread has had the limit's worth of CPU since (less a
+// period, as the reading is up to a period late); a hog gets it, however
+// slowly.  Where the clock cannot be read (an emulator) the wall-clock
+// rule alone decides, as before.  Cost: nothing on the scheduler's paths;
+// a few loads per capability per tick, and one clock_gettime per stalled
+// capability per tick from its first stalled tick on.
 // Rejected: a check in the scheduler (it is exactly what does not run
 // during a hog), and a timer per pick (a clock read on every switch).
 // The runtime's own long loops are not the program's to fix: a latch,
 // barrier or notify_all that releases 400,000 threads spends 190 ms in
 // wake_list::wake_rest, and the warning used to tell the program to add a
-// yield_point() it has no loop for.  A wake of kBulkWake (1024) chained
-// threads or more sets the capability's bulk_wake until it ends; the
-// warner restarts its clock while it is set, so only time spent after
-// the wake, in the program's code, counts.
+// yield_point() it has no loop for.  Each loop of the runtime's over
+// kLongLoop (1024) threads or more sets the capability's runtime_loop from
+// its kLongLoop-th thread until it ends, and the warner restarts its clock
+// while it is set, so only time spent in the program's code counts:
+//  * a wake_list collecting and waking threads (the serving, under the
+//    latch's or mvar's lock, is as long as the wake: 50,000 threads
+//    released by one count_down held -N1's capability 21 ms);
+//  * an inbox drain (those threads arriving on another capability: the
+//    warning named whichever thread had last run there);
+//  * push_work handing half of a long run queue to an idle capability.
 #include "schedule/hog_warning.hpp"
+
+#include <time.h>
 
 #include <fmt/format.h>
 
@@ -43,10 +62,28 @@
 #include "capability/capability.hpp"
 #include "primitives/clock.hpp"
 #include "runtime/runtime.hpp"
+#include "task/task.hpp"
 #include "thread/dump.hpp"
 #include "thread/thread.hpp"
 
 namespace capstan::rts {
+
+namespace {
+
+// thread_cpu_ns is the CPU time of the OS thread `tid` of this process, or
+// -1 if it cannot be read (no such thread, or an emulator without
+// per-thread clocks): glibc's pthread_getcpuclockid encoding of a thread
+// CPU clock (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), without a
+// pthread_t that would have to outlive the Task.
+std::int64_t thread_cpu_ns(int tid) {
+  if (tid <= 0) return -1;
+  clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u);
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
 
 void HogWarner::tick(std::int64_t period_ns) {
   auto limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt.opts.warn_hog).count();
@@ -64,14 +101,22 @@ void HogWarner::tick(std::int64_t period_ns) {
     // A wake of thousands of threads is the runtime's loop, not the
     // program's: its time does not count (see the Note).
     if (c->idle.load(std::memory_order_relaxed) || epoch != s.epoch || s.since_ns == 0 ||
-        c->bulk_wake.load(std::memory_order_relaxed)) {
+        c->runtime_loop.load(std::memory_order_relaxed)) {
       s = Seen{epoch, now, 0, 0};
       continue;
     }
-    ++s.ticks;
+    if (++s.ticks == 1) {  // stalled for a tick: note its OS thread's CPU time (see the Note)
+      Task* task = c->running_task.load(std::memory_order_relaxed);
+      s.tid = task ? task->os_tid.load(std::memory_order_relaxed) : 0;
+      s.cpu_ns = thread_cpu_ns(s.tid);
+    }
     std::uint64_t waiting = c->run_queue.size() + (c->inbox.maybe_nonempty() ? 1 : 0);
     if (waiting > s.most_waiting) s.most_waiting = waiting;
     if (s.most_waiting == 0 || now - s.since_ns < limit_ns || s.ticks < ticks_needed) continue;
+    if (s.cpu_ns >= 0) {  // not if its OS thread has had less than the limit of CPU since
+      std::int64_t cpu = thread_cpu_ns(s.tid);
+      if (cpu >= 0 && cpu - s.cpu_ns < limit_ns - period_ns) continue;
+    }
     Thread* t = snap(c->current);
     if (!t) continue;
     std::uint64_t id = snap(t->id);

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <memory>
@@ -41,6 +42,7 @@ void bind_task_to_this_os_thread(Task* t) {
   detail::tl_spark_pool = t && t->cap ? &t->cap->sparks : nullptr;
   t->errno_loc = &errno;
   t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());
+  t->os_tid.store(static_cast<int>(::gettid()), std::memory_order_relaxed);
   pthread_attr_t attr;
   if (pthread_getattr_np(pthread_self(), &attr) == 0) {
     void* lo = nullptr;

@@ -110,6 +110,10 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   // relaxed] the CPU it first ran on.
   std::atomic<int> creator_cpu{-1};
   std::atomic<int> start_cpu{-1};
+  // os_tid: [the bound OS thread writes, relaxed; the hog warner reads] its
+  // kernel thread id, whose CPU clock tells a hog from a capability whose
+  // OS thread the kernel is not running (Note [Warning about a hog]).
+  std::atomic<int> os_tid{0};
 
   // Sanitizer state of the native scheduler context.
   void* tsan_fiber = nullptr;             // [owner]

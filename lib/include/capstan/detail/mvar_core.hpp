@@ -115,16 +115,20 @@ class wake_list {
   bool empty() const noexcept { return first_ == nullptr; }
 
  private:
-  // A wake of this many chained threads or more marks the capability
-  // (Capability::bulk_wake) until it is done.
-  static constexpr unsigned kBulkWake = 1024;
+  // Collecting and waking this many threads or more marks the capability
+  // (Capability::runtime_loop) from then until the wake is done.
+  static constexpr unsigned kLongLoop = 1024;
   void more(rts::Thread* thread) noexcept;
   void wake_rest() noexcept;
   void wake_chain() noexcept;
-  static rts::Capability* mark_bulk_wake() noexcept;
+  static rts::Capability* mark_long_loop() noexcept;
   rts::Thread* first_ = nullptr;
   rts::Thread* chain_ = nullptr;       // further threads, linked by the runtime
   rts::Thread* chain_tail_ = nullptr;
+  // Set by more() only (a hand-off to one thread never pays for them):
+  // meaningful once chain_ is set.
+  unsigned n_;                         // threads collected
+  rts::Capability* marked_;            // the capability marked, once n_ reached kLongLoop
 };
 
 class mvar_core {
