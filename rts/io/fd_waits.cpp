@@ -21,6 +21,29 @@
 // closed fd.  uv_poll_init also makes the fd non-blocking (documented in
 // docs/io.md).  Regular files cannot be polled (EPERM) and never block: a
 // wait on one returns at once.
+//
+// Note [A plain close under a wait]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A program that close(2)s a user fd while green threads wait on it,
+// instead of calling close_fd, leaves an entry whose handle libuv believes
+// registered while epoll has forgotten the file.  libuv aborts the process
+// when a registration change on it then fails: a second wait wanting the
+// other direction, or one of two waiters leaving, changes the mask, and
+// epoll_ctl answers EBADF (the number is free), ENOENT (reused by another
+// file) or EPERM (reused by a regular file).  And a wait on the reused
+// number that needs no change would join the dead entry and never be
+// woken.  So each user entry remembers its file (st_dev, st_ino, from one
+// fstat when it is made), and before a new waiter joins it, and before its
+// mask changes, the IO thread checks that the number still names that
+// file.  If not, the entry is stale: its waiters get kInterrupted (io_error
+// "fd N was closed while this thread waited on it"), its handle is closed,
+// and the new wait starts afresh - on the new file, or failing with EBADF
+// if the number is free.  net's fds (sticky) are closed only through
+// close_fd and skip the check, which costs an fstat.  What is left: a
+// close racing with the IO thread between the check and libuv's epoll_ctl
+// (microseconds, in the same loop iteration), and waiters alone on a
+// closed fd, which nothing changes, wait for their time-out or shutdown.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,12 +58,30 @@ void IoManager::start_wait(Request* r) {
     finish(r, kInterrupted, true);
     return;
   }
-  FdEntry*& slot = fds_[r->fd];
+  auto it = fds_.try_emplace(r->fd, nullptr).first;
+  if (it->second && !still_same_file(it->second)) {  // Note [A plain close under a wait]
+    drop_stale(it->second);  // forgets it
+    it = fds_.try_emplace(r->fd, nullptr).first;
+  }
+  FdEntry*& slot = it->second;
   if (!slot) {
     auto* e = new FdEntry;
     int rc = uv_poll_init(&loop_, &e->handle, r->fd);
+    struct stat st {};
+    if (rc == 0 && !r->sticky) {  // remember the file: Note [A plain close under a wait]
+      if (::fstat(r->fd, &st) == 0) {
+        e->file_known = true;
+        e->dev = st.st_dev;
+        e->ino = st.st_ino;
+      } else {  // closed since uv_poll_init's probes
+        rc = -errno;  // libuv's error codes are negated errnos on Unix
+        e->handle.data = e;
+        uv_close(reinterpret_cast<uv_handle_t*>(&e->handle), &IoManager::on_poll_closed);
+        e = nullptr;  // freed by the close callback
+      }
+    }
     if (rc != 0) {
-      delete e;
+      if (e) delete e;
       fds_.erase(r->fd);
       if (rc == UV_EPERM) {  // a regular file: epoll refuses it, it never blocks
         finish(r, kReady, true);
@@ -79,6 +120,10 @@ void IoManager::update_poll(FdEntry* e) {
     return;
   }
   if (want == e->events) return;
+  if (e->events != 0 && !still_same_file(e)) {  // Note [A plain close under a wait]
+    drop_stale(e);
+    return;
+  }
   int rc = uv_poll_start(&e->handle, want, &IoManager::on_poll);
   if (rc != 0) {
     for (Request** list : {&e->readers, &e->writers}) {
@@ -91,6 +136,24 @@ void IoManager::update_poll(FdEntry* e) {
     return;
   }
   e->events = want;
+}
+
+// still_same_file: does e's fd still name the file it was made for?
+// Always, for net's entries (Note [A plain close under a wait]).
+bool IoManager::still_same_file(const FdEntry* e) const {
+  if (!e->file_known || e->sticky) return true;
+  struct stat st {};
+  return ::fstat(e->fd, &st) == 0 && st.st_dev == e->dev && st.st_ino == e->ino;
+}
+
+// drop_stale ends every wait on a closed fd's entry with kInterrupted and
+// closes its handle (Note [A plain close under a wait]).
+void IoManager::drop_stale(FdEntry* e) {
+  for (Request** list : {&e->readers, &e->writers})
+    while (Request* w = *list) finish(w, kInterrupted, true);
+  if (e->events) uv_poll_stop(&e->handle);
+  e->events = 0;
+  close_entry(e);
 }
 
 // close_entry forgets e and closes its handle (freed in the close callback).

@@ -13,6 +13,8 @@
 // heap], [Cancelling a timer]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
 #pragma once
 
+#include <sys/types.h>
+
 #include <uv.h>
 
 #include <atomic>
@@ -102,6 +104,11 @@ struct FdEntry {
   int fd = -1;
   int events = 0;  // the mask the handle was last started with; 0: stopped
   bool sticky = false;
+  // The file the number named when a user's wait made the entry (sticky
+  // ones are net's, closed only by close_fd): Note [A plain close under a wait].
+  bool file_known = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
   Request* readers = nullptr;
   Request* writers = nullptr;
 };
@@ -204,6 +211,8 @@ class IoManager {
   // fd_waits.cpp
   void start_wait(Request* r);
   void update_poll(FdEntry* e);
+  bool still_same_file(const FdEntry* e) const;
+  void drop_stale(FdEntry* e);
   void close_entry(FdEntry* e);
   void do_close(Request* r);
   void do_interrupt(Request* r);

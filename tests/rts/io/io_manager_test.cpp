@@ -389,6 +389,88 @@ TEST_P(IoManager, AnFdThatIsNotOpenIsAnIoErrorForChecksAndWaitsAlike) {
   });
 }
 
+// Note [A plain close under a wait]: a program that close(2)s an fd while
+// a green thread waits on it (instead of close_fd) used to make libuv
+// abort the process at the next change to the fd's registration.  Now the
+// stranded waiter gets io_error "was closed while this thread waited on
+// it" as soon as anything else touches the number, and the new wait
+// proceeds on whatever the number names now: nothing (io_error), another
+// pipe (woken by it), a regular file (ready at once); and a waiter that
+// leaves the stale entry by its time-out changes nothing for the worse.
+TEST_P(IoManager, APlainCloseUnderAWaitNeitherAbortsNorStrandsTheNextWait) {
+  enum Then { kFree, kReusedByAPipe, kReusedByAFile, kOtherWaiterTimesOut };
+  for (Then then : {kFree, kReusedByAPipe, kReusedByAFile, kOtherWaiterTimesOut}) {
+    SCOPED_TRACE(then);
+    run([then] {
+      capstan::rts::io_start();
+      auto* p = new Pipe;
+      int n = p->r;
+      capstan::mvar<std::string> stranded;
+      capstan::fork_io([&] {
+        try {
+          capstan::wait_readable_for(n, 10s);
+          stranded.put("woken as ready");
+        } catch (const capstan::io_error& e) {
+          stranded.put(e.what());
+        }
+      });
+      capstan::mvar<bool> other;
+      if (then == kOtherWaiterTimesOut)  // the other direction: the mask changes twice
+        capstan::fork_io([&] { other.put(capstan::wait_writable_for(n, 100ms)); });
+      ASSERT_TRUE(wait_parked(then == kOtherWaiterTimesOut ? 2 : 1));
+      // Counted as parked when the IO thread took the waits; libuv hands
+      // them to epoll at its next poll, which this sleep's wake-up follows.
+      // (A close between the two is the race the Note leaves.)
+      capstan::sleep_for(2ms);
+      ::close(p->r);  // the misuse: a plain close under the waiters
+      p->r = -1;
+      switch (then) {
+        case kFree:
+          try {
+            capstan::wait_writable_for(n, 1s);
+            ADD_FAILURE() << "a wait on a closed fd did not throw";
+          } catch (const capstan::io_error& e) {
+            EXPECT_NE(std::string(e.what()).find("cannot poll fd"), std::string::npos) << e.what();
+          }
+          break;
+        case kReusedByAPipe: {
+          Pipe q;  // takes the free number n itself, or n names it by dup2: another file
+          if (q.r != n) {
+            ASSERT_EQ(::dup2(q.r, n), n);
+          }
+          capstan::fork_io([&] {
+            capstan::sleep_for(5ms);
+            ASSERT_EQ(::write(q.w, "x", 1), 1);
+          });
+          EXPECT_TRUE(capstan::wait_readable_for(n, 5s));  // woken by the new pipe
+          if (q.r != n) ::close(n);
+          break;
+        }
+        case kReusedByAFile: {
+          int f = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);  // n itself, or moved there
+          ASSERT_GE(f, 0);
+          if (f != n) {
+            ASSERT_EQ(::dup2(f, n), n);
+            ::close(f);
+          }
+          EXPECT_TRUE(capstan::wait_writable_for(n, 1s));  // a regular file: ready
+          ::close(n);
+          break;
+        }
+        case kOtherWaiterTimesOut:
+          EXPECT_FALSE(other.take());  // its leaving would have changed the mask
+          break;
+      }
+      std::string what = stranded.take();
+      EXPECT_NE(what.find("fd " + std::to_string(n) + " was closed while this thread waited on it"),
+                std::string::npos)
+          << what;
+      delete p;
+      EXPECT_TRUE(wait_parked(0));
+    });
+  }
+}
+
 // Threads parked in sleeps and fd waits are killed at shutdown: run returns
 // promptly and (under ASan) nothing leaks; a later run starts a fresh IO thread.
 TEST_P(IoManager, ShutdownWithThreadsParkedInTheIoManager) {
