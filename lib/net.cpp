@@ -224,9 +224,11 @@ addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
     hints.ai_flags &= ~AI_NUMERICHOST;
     rc = capstan::safe_call([&] { return ::getaddrinfo(node, service.c_str(), &hints, &res); });
   }
-  if (rc == EAI_SYSTEM)
-    throw std::system_error(errno, std::generic_category(),
+  if (rc == EAI_SYSTEM) {
+    int err = errno;  // before fmt::format can change it
+    throw std::system_error(err, std::generic_category(),
                             fmt::format("{}: cannot resolve '{}'", what, host));
+  }
   if (rc != 0)  // what() ends with gai_strerror's text, from the category
     throw std::system_error(rc, resolver_category(),
                             fmt::format("{}: cannot resolve '{}'", what, host));

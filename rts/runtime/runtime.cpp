@@ -244,7 +244,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     for (unsigned i = 0; i < rt.n_caps; ++i) {
       auto c = std::make_unique<Capability>();
       c->no = i;
-      c->stacks.attach(&rt.arena, o.stack_pool_watermark);
+      c->stacks.attach(&rt.arena, o.stack_pool_watermark, &c->runtime_loop);
       c->threads.attach(&rt.depot);
       rt.caps.push_back(c.get());  // reserved: cannot throw
       Capability* cap = c.release();

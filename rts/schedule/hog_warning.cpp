@@ -25,15 +25,29 @@
 // Nor does a capability whose own OS thread the kernel is not running:
 // with more capabilities than CPUs (-N4 on two cores) an OS thread is
 // routinely kept off the CPU for a few ms in the middle of an ordinary
-// thread's run, and its epoch stands still just as a hog's does.  So at
-// the first tick that finds a capability stalled, the warner reads the CPU
-// clock of the OS thread holding it (Task::os_tid), and names a thread
-// only once that OS thread has had the limit's worth of CPU since (less a
-// period, as the reading is up to a period late); a hog gets it, however
-// slowly.  Where the clock cannot be read (an emulator) the wall-clock
-// rule alone decides, as before.  Cost: nothing on the scheduler's paths;
-// a few loads per capability per tick, and one clock_gettime per stalled
-// capability per tick from its first stalled tick on.
+// thread's run, and its epoch stands still just as a hog's does.  But a
+// thread stuck in a plain blocking call (a read(2), a std::mutex, a sleep)
+// holds its capability as surely as a loop does, while using no CPU.  So
+// once a stalled capability has a thread waiting, the warner notes, for
+// the OS thread holding it (Task::os_tid), its CPU time (its thread CPU
+// clock) and how long it has been runnable but queued for a CPU (the
+// second field of /proc/self/task/<tid>/schedstat).  At the limit it looks
+// at that OS thread's state (/proc/.../stat):
+//  * asleep in the kernel (S or D): the time since, less the time queued
+//    since, was the thread's own - named, with the advice to make blocking
+//    calls through safe_call.  The kernel adds a queued stretch to
+//    schedstat only when it ends, so this is exact for a sleeper only;
+//  * running or queued (R): its CPU time since was its own, up to date
+//    even in the middle of a stretch on or off the CPU - named, with the
+//    advice to add yield_point(), once it reaches the limit (less a
+//    period: the readings are up to a period late).
+// Rejected: the CPU clock alone, which never named a blocking call; and
+// schedstat alone, which misses the stretch a queued thread is in.  Where
+// neither can be read (an emulator; no fd to spare) the wall-clock rule
+// alone decides, as before.  Cost: nothing on the scheduler's paths; a few
+// loads per capability per tick; a clock read and three system calls
+// (open, read, close) when a stalled capability first has a waiter, and
+// about twice that on each tick once the limit has passed.
 // Rejected: a check in the scheduler (it is exactly what does not run
 // during a hog), and a timer per pick (a clock read on every switch).
 // The runtime's own long loops are not the program's to fix: a latch,
@@ -48,16 +62,23 @@
 //    released by one count_down held -N1's capability 21 ms);
 //  * an inbox drain (those threads arriving on another capability: the
 //    warning named whichever thread had last run there);
-//  * push_work handing half of a long run queue to an idle capability.
+//  * push_work handing half of a long run queue to an idle capability;
+//  * a thread waiting for a primitive's lock that such a loop holds
+//    (mvar_core::lock_slow, once it has spun kSpinTurns turns);
+//  * a capability's stack pool calling into the shared arena (its lock,
+//    mmap, madvise: several ms each at -N4 on two cores, where the TLB
+//    shoot-downs wait for descheduled CPUs; StackPool::Marked).
 #include "schedule/hog_warning.hpp"
 
-#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "capability/capability.hpp"
 #include "primitives/clock.hpp"
@@ -70,17 +91,54 @@ namespace capstan::rts {
 
 namespace {
 
+// read_task_file reads /proc/self/task/<tid>/<what> into buf (NUL-ended);
+// false if it cannot (no such thread, no such file, no fd to spare).
+bool read_task_file(int tid, const char* what, char* buf, std::size_t size) {
+  if (tid <= 0) return false;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/%s", tid, what);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = ::read(fd, buf, size - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return true;
+}
+
 // thread_cpu_ns is the CPU time of the OS thread `tid` of this process, or
-// -1 if it cannot be read (no such thread, or an emulator without
-// per-thread clocks): glibc's pthread_getcpuclockid encoding of a thread
-// CPU clock (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), without a
-// pthread_t that would have to outlive the Task.
+// -1 if it cannot be read: glibc's pthread_getcpuclockid encoding of a
+// thread CPU clock (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), without a
+// pthread_t that would have to outlive the Task.  Up to date even while
+// the thread runs.
 std::int64_t thread_cpu_ns(int tid) {
   if (tid <= 0) return -1;
   clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u);
   timespec ts{};
   if (::clock_gettime(clock, &ts) != 0) return -1;
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// queued_ns is how long the OS thread `tid` has spent runnable but waiting
+// for a CPU (the second field of its schedstat), or -1 if unknown.  The
+// kernel adds a wait when it ends: exact for a thread asleep now, short of
+// the current wait for one still queued.
+std::int64_t queued_ns(int tid) {
+  char buf[128];
+  unsigned long long on_cpu = 0, queued = 0;
+  if (!read_task_file(tid, "schedstat", buf, sizeof buf) ||
+      std::sscanf(buf, "%llu %llu", &on_cpu, &queued) != 2)
+    return -1;
+  return static_cast<std::int64_t>(queued);
+}
+
+// blocked_in_kernel: is the OS thread `tid` asleep in a system call (state
+// S or D in its stat), rather than running or runnable?
+bool blocked_in_kernel(int tid) {
+  char buf[512];
+  if (!read_task_file(tid, "stat", buf, sizeof buf)) return false;
+  const char* paren = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+  return paren && paren[1] == ' ' && (paren[2] == 'S' || paren[2] == 'D');
 }
 
 }  // namespace
@@ -102,18 +160,26 @@ void HogWarner::tick(std::int64_t period_ns) {
     // program's: its time does not count (see the Note).
     if (c->idle.load(std::memory_order_relaxed) || epoch != s.epoch || s.since_ns == 0 ||
         c->runtime_loop.load(std::memory_order_relaxed)) {
-      s = Seen{epoch, now, 0, 0};
+      s = Seen{epoch, now};
       continue;
     }
-    if (++s.ticks == 1) {  // stalled for a tick: note its OS thread's CPU time (see the Note)
-      Task* task = c->running_task.load(std::memory_order_relaxed);
-      s.tid = task ? task->os_tid.load(std::memory_order_relaxed) : 0;
-      s.cpu_ns = thread_cpu_ns(s.tid);
-    }
+    ++s.ticks;
     std::uint64_t waiting = c->run_queue.size() + (c->inbox.maybe_nonempty() ? 1 : 0);
     if (waiting > s.most_waiting) s.most_waiting = waiting;
+    if (s.most_waiting != 0 && s.tid == 0) {  // note its OS thread's wait for a CPU (see the Note)
+      Task* task = c->running_task.load(std::memory_order_relaxed);
+      s.tid = task ? task->os_tid.load(std::memory_order_relaxed) : -1;
+      s.cpu_ns = thread_cpu_ns(s.tid);
+      s.queued_ns = queued_ns(s.tid);
+      s.base_ns = now;
+    }
     if (s.most_waiting == 0 || now - s.since_ns < limit_ns || s.ticks < ticks_needed) continue;
-    if (s.cpu_ns >= 0) {  // not if its OS thread has had less than the limit of CPU since
+    // Not the time the kernel kept its OS thread off every CPU (see the Note).
+    bool blocked = blocked_in_kernel(s.tid);
+    if (blocked && s.queued_ns >= 0) {  // asleep now: all but its queued time was its own
+      std::int64_t queued = queued_ns(s.tid);
+      if (queued >= 0 && now - s.base_ns - (queued - s.queued_ns) < limit_ns - period_ns) continue;
+    } else if (!blocked && s.cpu_ns >= 0) {  // running or queued now: its CPU time was its own
       std::int64_t cpu = thread_cpu_ns(s.tid);
       if (cpu >= 0 && cpu - s.cpu_ns < limit_ns - period_ns) continue;
     }
@@ -135,12 +201,16 @@ void HogWarner::tick(std::int64_t period_ns) {
       }
     }
     home->all_lock.unlock();
+    const char* advice = blocked
+                             ? "it is blocked in the operating system: make blocking calls "
+                               "through capstan::safe_call"
+                             : "call capstan::yield_point() in its long loops";
     fmt::print(stderr,
                "capstan: {} has held capability {} for {} ms without reaching a safe point while "
-               "{} other thread{} waited for it; call capstan::yield_point() in its long loops "
+               "{} other thread{} waited for it; {} "
                "(named once; +RTS --warn-hog=<ms> sets the limit, 0 silences it)\n",
                name, c->no, (now - s.since_ns) / 1'000'000, s.most_waiting,
-               s.most_waiting == 1 ? "" : "s");
+               s.most_waiting == 1 ? "" : "s", advice);
   }
 }
 

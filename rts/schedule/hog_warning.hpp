@@ -21,8 +21,10 @@ class HogWarner {
     std::int64_t since_ns = 0;    // when it last changed (0: idle, not watched)
     std::uint64_t most_waiting = 0;  // most threads seen waiting behind it since
     std::uint64_t ticks = 0;         // ticks that saw the epoch unchanged
-    int tid = 0;                     // its Task's OS thread at the first such tick (0: unknown)
+    int tid = 0;                     // its Task's OS thread (0: not read yet, -1: none)
     std::int64_t cpu_ns = -1;        // that OS thread's CPU time then (-1: unknown)
+    std::int64_t queued_ns = -1;     // how long it had waited for a CPU then (-1: unknown)
+    std::int64_t base_ns = 0;        // when the two were read
   };
   std::vector<Seen> seen_;                 // [ticker] per capability
   std::unordered_set<std::uint64_t> warned_;  // [ticker] thread ids named already

@@ -138,14 +138,20 @@ class StackArena {
 // StackPool: one capability's free stacks.  Owner: the capability's Task.
 class StackPool {
  public:
-  void attach(StackArena* arena, std::size_t watermark) {
+  // attach: `runtime_work` is the capability's Capability::runtime_loop,
+  // set while the pool waits for the arena (its lock, mmap, madvise): the
+  // runtime's own work, not the program's (Note [Warning about a hog] in
+  // schedule/hog_warning.cpp).
+  void attach(StackArena* arena, std::size_t watermark, std::atomic<bool>* runtime_work = nullptr) {
     arena_ = arena;
     watermark_ = watermark;
+    runtime_work_ = runtime_work;
   }
   // get returns a free stack, or null if none can be had (Note [Running
   // out of stacks] in stack.cpp).
   void* get() {
     if (free_.empty()) [[unlikely]] {
+      Marked m(runtime_work_);
       arena_->allocate_batch(free_, 16);
       if (free_.empty()) return nullptr;
     }
@@ -173,10 +179,28 @@ class StackPool {
   std::size_t pooled() const { return free_.size(); }
 
  private:
+  // Marked sets the flag for its lifetime, unless it was set already (an
+  // outer mark of the runtime's, which clears it itself).
+  class Marked {
+   public:
+    explicit Marked(std::atomic<bool>* f) noexcept
+        : f_(f && !f->load(std::memory_order_relaxed) ? f : nullptr) {
+      if (f_) f_->store(true, std::memory_order_relaxed);
+    }
+    ~Marked() {
+      if (f_) f_->store(false, std::memory_order_relaxed);
+    }
+    Marked(const Marked&) = delete;
+    Marked& operator=(const Marked&) = delete;
+
+   private:
+    std::atomic<bool>* f_;
+  };
   void trim(bool busy);
   void share_all();
   StackArena* arena_ = nullptr;
   std::size_t watermark_ = 0;
+  std::atomic<bool>* runtime_work_ = nullptr;  // [owner writes; the ticker reads]
   std::vector<void*> free_;
 };
 
