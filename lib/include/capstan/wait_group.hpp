@@ -33,19 +33,26 @@ class wait_group {
   void add(std::ptrdiff_t n) {
     // acq_rel: release publishes this task's work to the waiter woken by
     // the last decrement; acquire orders the zero check after the others.
-    // (An atomic's fetch_add wraps; the sum is checked here.)
-    std::ptrdiff_t now;
-    bool overflow = __builtin_add_overflow(count_.fetch_add(n, std::memory_order_acq_rel), n, &now);
-    if (overflow || now < 0) {
-      count_.fetch_sub(n, std::memory_order_relaxed);
-      throw usage_error(overflow ? "capstan::wait_group::add: the count would overflow (more than "
-                                   "PTRDIFF_MAX tasks outstanding)"
-                                 : "capstan::wait_group: the count went negative (more done() than "
-                                   "add())");
+    // A compare-exchange, not a fetch_add, so that the count never shows a
+    // value it should not (a negative one undone, or a zero before its
+    // waiters are served): see Note [Waiting for a group].
+    std::ptrdiff_t c = count_.load(std::memory_order_relaxed);
+    for (;;) {
+      std::ptrdiff_t now;
+      bool overflow = __builtin_add_overflow(c, n, &now);
+      if (overflow || now < 0)
+        throw usage_error(overflow ? "capstan::wait_group::add: the count would overflow (more than "
+                                     "PTRDIFF_MAX tasks outstanding)"
+                                   : "capstan::wait_group: the count went negative (more done() than "
+                                     "add())");
+      if (now == 0 && n != 0) {
+        if (reach_zero(c)) return;
+        continue;  // c was stale: try again with the count it read
+      }
+      if (count_.compare_exchange_weak(c, now, std::memory_order_acq_rel, std::memory_order_relaxed))
+        return;
     }
-    if (now == 0 && n != 0) wake_all();
   }
-
   // done is add(-1): one task has finished.
   void done() { add(-1); }
 
@@ -55,10 +62,17 @@ class wait_group {
     if (count_.load(std::memory_order_acquire) == 0) return;
     // Note [Waiting for a group]
     // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-    // The count is re-read under core_'s lock, and the last add() takes that
-    // lock *after* its decrement reached zero.  Either this read sees zero
-    // (the lock orders us after that add), or we queue before the add's
-    // wake_all takes the lock, and it serves us.
+    // The count reaches zero only under core_'s lock, in the same critical
+    // section that serves every queued waiter (reach_zero), and a waiter
+    // re-reads it under that lock before it queues.  So either this read
+    // sees zero, or we queue before the zero and are served with it; and
+    // no waiter that queued after a zero - because the group was reused,
+    // add() raising it again once an earlier wait() returned, as Go allows
+    // - can be served by that zero.  (The decrement used to come before the
+    // lock: a waiter could return on the zero, add(1), queue again, and be
+    // woken by the late serving with the count at 1.)  No lost wake-up: a
+    // waiter that read a non-zero count under the lock is queued before
+    // the lock is released, and the zero that serves it needs the lock.
     core_.lock();
     if (count_.load(std::memory_order_acquire) == 0) {
       core_.unlock();
@@ -70,12 +84,20 @@ class wait_group {
   }
 
  private:
-  void wake_all() noexcept {
+  // reach_zero takes the count from `c` to zero and serves every waiter,
+  // under core_'s lock (Note [Waiting for a group]); false, with c updated,
+  // if the count was no longer c.
+  bool reach_zero(std::ptrdiff_t& c) noexcept {
     detail::wake_list woken;
     core_.lock();
+    if (!count_.compare_exchange_strong(c, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      core_.unlock();
+      return false;
+    }
     while (detail::waiter* w = core_.front()) woken.add(core_.serve(*w));
     core_.unlock();
     woken.wake_all();
+    return true;
   }
 
   std::atomic<std::ptrdiff_t> count_;  // [atomic] outstanding tasks
