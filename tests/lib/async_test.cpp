@@ -111,6 +111,62 @@ TEST_P(Async, WaitAndCancelRacingTheEnd) {
   });
 }
 
+// Note [Sharing an async]: one thread waits while another - a watchdog -
+// cancels, in every order with the child's end; neither hangs (it did:
+// both read the one report), the waiter gets the result or thread_killed,
+// and the watchdog's cancel returns once the child has finished.
+TEST_P(Async, AWatchdogCancelsWhileTheOwnerWaits) {
+  run([] {
+    const int rounds = 2000 / capstan_test::kScale;
+    int killed = 0, returned = 0;
+    for (int i = 0; i < rounds; ++i) {
+      async a([i] {
+        if (i % 3 == 0) yield();
+        if (i % 7 == 0) sleep_for(1ms);
+        return i;
+      });
+      std::atomic<bool> child_done_seen{false};
+      async watchdog([&] {
+        if (i % 2) yield();
+        a.cancel();
+        child_done_seen = a.ready();  // cancel returns once the child has finished
+      });
+      try {
+        EXPECT_EQ(a.wait(), i);
+        ++returned;
+      } catch (const thread_killed&) {
+        ++killed;
+      }
+      watchdog.wait();
+      EXPECT_TRUE(child_done_seen.load()) << "round " << i;
+    }
+    EXPECT_EQ(killed + returned, rounds);
+  });
+}
+
+// A second wait() made while the first still waits, from another thread,
+// is the usage_error a second wait() is, once the first has the result;
+// the first gets it.
+TEST_P(Async, ASecondConcurrentWaitIsAUsageError) {
+  run([] {
+    async a([] {
+      sleep_for(20ms);
+      return 7;
+    });
+    async second([&] {
+      sleep_for(5ms);  // main is waiting by now
+      try {
+        a.wait();
+        return std::string("second wait returned");
+      } catch (const usage_error& e) {
+        return std::string(e.what());
+      }
+    });
+    EXPECT_EQ(a.wait(), 7);
+    EXPECT_NE(second.wait().find("already taken by an earlier wait()"), std::string::npos);
+  });
+}
+
 // A child's closure (what it captured) is destroyed before the call that
 // started it returns.
 TEST_P(Async, ChildClosuresAreGoneOnReturn) {

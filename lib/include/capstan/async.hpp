@@ -12,8 +12,10 @@
 // not be interruptible, nor seen by deadlock detection).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <exception>
+#include <mutex>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "capstan/chan.hpp"
 #include "capstan/detail/bridge.hpp"
 #include "capstan/errors.hpp"
+#include "capstan/mutex.hpp"
 #include "capstan/thread.hpp"
 
 namespace capstan {
@@ -234,25 +237,38 @@ class async {
   async& operator=(async&&) noexcept = default;
 
   // wait blocks until the thread has finished, then returns its result or
-  // rethrows its exception; a second call is a usage_error.
+  // rethrows its exception; a second call - even one made while the first
+  // still waits, from another thread - is a usage_error.
   R wait() {
     state& s = get("wait");
-    if (s.waited) throw usage_error("capstan::async::wait: the result was already taken by an earlier wait()");
-    if (!s.group.reported(0)) s.group.next_finished();
-    s.waited = true;
+    {
+      std::lock_guard<mutex> g(s.lock);  // Note [Sharing an async]
+      if (s.waited) throw usage_error("capstan::async::wait: the result was already taken by an earlier wait()");
+      s.collect();
+      s.waited = true;
+    }
     if constexpr (std::is_void_v<R>) s.slot.get(); else return s.slot.get();
   }
 
   // ready tells whether the thread has finished (wait would not block).
   bool ready() {
     state& s = get("ready");
-    return s.group.reported(0) || s.group.any_unseen();
+    return s.collected.load(std::memory_order_acquire) || s.group.any_unseen();
   }
 
   // cancel kills the thread (kill_thread) unless it has finished, and waits
   // until it has; wait() then rethrows thread_killed, or returns the result
-  // if the thread finished first.
-  void cancel() { get("cancel").group.cancel_all(); }
+  // if the thread finished first.  Any green thread may cancel, while
+  // another waits (Note [Sharing an async]).
+  void cancel() {
+    state& s = get("cancel");
+    uninterruptible_mask([&] {  // Haskell's uninterruptibleCancel, as cancel_all
+      if (s.collected.load(std::memory_order_acquire)) return;
+      kill_thread(s.group.id(0));  // a no-op once it has finished; ids are never reused
+      std::lock_guard<mutex> g(s.lock);
+      s.collect();
+    });
+  }
 
   // id names the thread.
   thread_id id() const {
@@ -261,10 +277,29 @@ class async {
   }
 
  private:
+  // Note [Sharing an async]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~
+  // An async may be waited for by one green thread and cancelled by
+  // another (a watchdog), as Haskell's may.  The group's report is read
+  // once, by whichever of them gets there first (collect, under `lock`);
+  // the others find `collected` set.  The reader blocks in the chan read
+  // while holding the lock, so the others wait on the lock instead - for
+  // the same event.  An exception that interrupts the reader releases the
+  // lock and leaves the report unread, for the next to read.  cancel
+  // kills before it takes the lock: a waiter holding it is waiting for
+  // exactly that thread to end.  The async itself must outlive every call
+  // on it, as any object must.
   struct state {
     detail::async_slot<R> slot;       // destroyed after group: the child writes it
     detail::async_group group{1, "capstan::async"};
-    bool waited = false;              // [owner: the async's user]
+    mutex lock;                       // guards the group's reads, collect, waited
+    bool waited = false;              // [lock]
+    std::atomic<bool> collected{false};  // [lock writes; ready() and cancel read]: the report was read
+    void collect() {  // with `lock` held
+      if (group.reported(0)) return;
+      group.next_finished();
+      collected.store(true, std::memory_order_release);
+    }
   };
   state& get(const char* what) {
     if (!st_) throw usage_error(std::string("capstan::async::") + what + ": the async was moved from");
