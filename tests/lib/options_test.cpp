@@ -147,6 +147,21 @@ TEST_F(Options, BadEnvironmentFlagsSayWhereTheyCameFrom) {
   }
 }
 
+// parse_flags called directly names no source: the flags are the
+// caller's, not CAPSTAN_RTS's nor the command line's.
+TEST_F(Options, ParseFlagsCalledDirectlyNamesNoSource) {
+  capstan::options o;
+  try {
+    o.parse_flags("-N2 -Q");
+    FAIL();
+  } catch (const capstan::options_error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("bad RTS flag '-Q': unknown flag; accepted: -N[<n>]"), std::string::npos) << what;
+    EXPECT_EQ(what.find("CAPSTAN_RTS"), std::string::npos) << what;
+    EXPECT_EQ(what.find("command line"), std::string::npos) << what;
+  }
+}
+
 // A program started the idiomatic way (run(argc, argv, main), as
 // examples/hello is) and given a bad +RTS flag prints the message and the
 // flag summary and exits 1, as a GHC program does - no std::terminate.
