@@ -79,7 +79,8 @@ struct alignas(64) Capability {
   std::atomic<std::uint32_t> context_switch{0};  // [atomic] ticker/interrupters set, owner clears
   std::atomic<bool> idle{false};               // [atomic] owner sets; pushers read as a hint
   std::atomic<Hold> hold{Hold::held};          // [atomic] Note [Handing over a capability]
-  std::atomic<Task*> running_task{nullptr};    // [holder writes; anyone reads to unpark it]
+  std::atomic<Task*> running_task{nullptr};    // [holder writes, release; anyone reads to unpark
+                                               // it; the hog warner reads with acquire]
   // [holder writes (relaxed) in take_capability; anyone reads, a hint]
   // held by an in-call's Task: Note [Spinning for a free capability]
   std::atomic<bool> held_by_incall{false};

@@ -167,7 +167,9 @@ void HogWarner::tick(std::int64_t period_ns) {
     std::uint64_t waiting = c->run_queue.size() + (c->inbox.maybe_nonempty() ? 1 : 0);
     if (waiting > s.most_waiting) s.most_waiting = waiting;
     if (s.most_waiting != 0 && s.tid == 0) {  // note its OS thread's wait for a CPU (see the Note)
-      Task* task = c->running_task.load(std::memory_order_relaxed);
+      // acquire: pairs with take_capability's release, so the Task's
+      // os_tid (written when it was bound to its OS thread) is visible.
+      Task* task = c->running_task.load(std::memory_order_acquire);
       s.tid = task ? task->os_tid.load(std::memory_order_relaxed) : -1;
       s.cpu_ns = thread_cpu_ns(s.tid);
       s.queued_ns = queued_ns(s.tid);

@@ -66,7 +66,9 @@ namespace capstan::rts {
 void take_capability(Task* task, Capability* cap) noexcept {
   task->cap = cap;
   task->last_cap = cap;
-  cap->running_task.store(task, std::memory_order_relaxed);
+  // release: publishes the Task (its os_tid) to the hog warner's acquire
+  // load, which may meet a Task made an instant ago by an in-call.
+  cap->running_task.store(task, std::memory_order_release);
   cap->held_by_incall.store(task->kind == TaskKind::foreign, std::memory_order_relaxed);
   detail::tl_spark_pool = &cap->sparks;
 }
@@ -80,7 +82,7 @@ Capability* drop_capability(Task* task) noexcept {
 }
 
 void give_capability_to_task(Task* to, Capability* cap, Thread* first) noexcept {
-  cap->running_task.store(to, std::memory_order_relaxed);
+  cap->running_task.store(to, std::memory_order_release);  // as in take_capability
   to->given_cap = cap;
   to->given_thread = first;
   to->given.store(true, std::memory_order_release);  // publishes cap's state and the two above
