@@ -412,6 +412,55 @@ int raw_connect(std::uint16_t port) {
   return fd;
 }
 
+// Note [Safe points before the system call]: a time-out whose deadline
+// passes while the reader, already woken by data, waits for the capability
+// (main holds it, at -N1) does not cost the data: the read returns it, and
+// timeout returns it.  Before, the safe point after read(2) raised the
+// time-out, and the bytes were gone.  The same for accept: the connection
+// taken off the backlog is returned, not dropped with its fd left open.
+TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) {
+  capstan::run(capstan_test::opts(1), [] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    // accept under a time-out, woken by a client, its deadline passed before it runs
+    capstan::mvar<int> accepted;
+    capstan::fork_io([&] {
+      auto c = capstan::timeout(30ms, [&] { return l.accept(); });
+      accepted.put(c ? 1 : 0);
+      if (c) c->write_all("A", 1);
+    });
+    capstan::sleep_for(5ms);  // the acceptor parks
+    int client = raw_connect(l.port());
+    ASSERT_GE(client, 0);
+    timeval limit{2, 0};  // a dropped connection never answers: fail, do not hang
+    ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    std::this_thread::sleep_for(60ms);  // the deadline passes while main holds the capability
+    int was_accepted = accepted.take();
+    EXPECT_EQ(was_accepted, 1) << "the accepted connection was dropped";
+    char a = 0;
+    if (was_accepted) {
+      EXPECT_EQ(::recv(client, &a, 1, 0), 1);
+      EXPECT_EQ(a, 'A');
+    }
+    // read under a time-out, the same way
+    capstan::mvar<capstan::net::connection> server_side;
+    capstan::fork_io([&] { server_side.put(l.accept()); });
+    auto c = capstan::net::connect("127.0.0.1", l.port());
+    auto srv = server_side.take();
+    capstan::mvar<std::string> got;
+    capstan::fork_io([&] {
+      char buf[16];
+      auto n = capstan::timeout(30ms, [&] { return c.read(buf, sizeof buf); });
+      got.put(n ? std::string(buf, *n) : std::string("timed out"));
+    });
+    capstan::sleep_for(5ms);  // the reader parks
+    srv.write_all("first", 5);
+    std::this_thread::sleep_for(60ms);
+    EXPECT_EQ(got.take(), "first");
+    ::close(client);
+    l.close();
+  });
+}
+
 // Note [Accept back-off]: with RLIMIT_NOFILE lowered so that the server
 // can accept only a few of the queued connections, accept meets EMFILE;
 // it must back off and retry instead of throwing (which ended the accept
