@@ -338,8 +338,8 @@ void connection::write_all(const void* buf, std::size_t n) {
 
 void connection::shutdown_write() {
   user u(s_.use);
-  if (!u.in()) return;  // closed: nothing to shut down
-  int fd = enter(u, s_.fd, "", "");
+  // Closed: EBADF, as every call that starts after close() (docs/io.md).
+  int fd = enter(u, s_.fd, "capstan::net::connection::shutdown_write", "connection");
   long rc = sys_result(::shutdown(fd, SHUT_WR));
   if (rc < 0)
     fail(static_cast<int>(-rc), fmt::format("capstan::net::connection::shutdown_write(fd {})", fd));

@@ -412,6 +412,33 @@ int raw_connect(std::uint16_t port) {
   return fd;
 }
 
+// Every call that starts after close() throws std::system_error (EBADF)
+// naming the call - shutdown_write included (it returned silently).
+TEST_P(Net, CallsAfterCloseAreEbadfShutdownWriteIncluded) {
+  run([] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    capstan::mvar<capstan::net::connection> server_side;
+    capstan::fork_io([&] { server_side.put(l.accept()); });
+    auto c = capstan::net::connect("127.0.0.1", l.port());
+    auto srv = server_side.take();
+    c.close();
+    char b;
+    auto expect_ebadf = [](const char* call, auto&& f) {
+      try {
+        f();
+        ADD_FAILURE() << call << " after close() did not throw";
+      } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), EBADF) << call << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find(call), std::string::npos) << e.what();
+      }
+    };
+    expect_ebadf("connection::read", [&] { c.read(&b, 1); });
+    expect_ebadf("connection::write_all", [&] { c.write_all("x", 1); });
+    expect_ebadf("connection::shutdown_write", [&] { c.shutdown_write(); });
+    l.close();
+  });
+}
+
 // Note [Safe points before the system call]: a time-out whose deadline
 // passes while the reader, already woken by data, waits for the capability
 // (main holds it, at -N1) does not cost the data: the read returns it, and

@@ -79,7 +79,8 @@ class connection {
   // A peer that has gone throws std::system_error (EPIPE/ECONNRESET), never
   // SIGPIPE.
   void write_all(const void* buf, std::size_t n);
-  // shutdown_write sends end-of-stream to the peer (shutdown(SHUT_WR)).
+  // shutdown_write sends end-of-stream to the peer (shutdown(SHUT_WR));
+  // std::system_error (EBADF) once the connection is closed.
   void shutdown_write();
   // close closes the socket: at once (through close_fd) if no other call
   // uses it; otherwise it wakes the threads blocked in read/write_all on it
