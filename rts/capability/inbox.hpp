@@ -17,13 +17,10 @@
 #include <atomic>
 
 #include "primitives/mpsc_stack.hpp"
+#include "schedule/runtime_work.hpp"
 #include "thread/thread.hpp"
 
 namespace capstan::rts {
-
-// kLongLoop: a loop of the runtime's own over this many threads or more
-// marks its capability (Capability::runtime_loop) while it runs.
-constexpr unsigned kLongLoop = 1024;
 
 class Inbox {
  public:
@@ -43,16 +40,9 @@ class Inbox {
   // runtime_loop), which the caller clears once the arrivals are queued:
   // Note [Warning about a hog] in schedule/hog_warning.cpp.
   Thread* take_all(std::atomic<bool>& long_loop) {
-    Thread* h = stack_.take_all();
-    Thread* r = nullptr;  // the reversal, counted (Stack::reverse, plus the mark)
-    for (unsigned n = 0; h;) {
-      Thread* next = h->link;
-      h->link = r;
-      r = h;
-      h = next;
-      if (++n == kLongLoop) [[unlikely]] long_loop.store(true, std::memory_order_relaxed);
-    }
-    return r;
+    return Stack::reverse(stack_.take_all(), [&](unsigned k) {
+      if (k == kLongLoop) [[unlikely]] long_loop.store(true, std::memory_order_relaxed);
+    });
   }
 
  private:

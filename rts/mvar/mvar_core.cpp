@@ -19,6 +19,7 @@
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/raise.hpp"
+#include "schedule/runtime_work.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
 #include "thread/dump.hpp"
@@ -53,8 +54,7 @@ std::size_t memory_limit_bytes() noexcept {
 // thread that has waited kSpinTurns turns for it and is yielding its OS
 // thread marks its capability as inside the runtime's loop until it gets
 // the lock, so that the hog warning does not name it (Note [Warning about
-// a hog] in schedule/hog_warning.cpp): only a mark it set itself is
-// cleared, as an outer loop of the runtime's may have set one already.
+// a hog] in schedule/hog_warning.cpp).
 void mvar_core::lock_slow() noexcept {
   unsigned turns = 0;
   for (;; rts::spin_turn(turns)) {
@@ -63,11 +63,9 @@ void mvar_core::lock_slow() noexcept {
   }
   rts::Task* task = rts::my_task();
   rts::Capability* cap = task ? task->cap : nullptr;  // none on a plain OS thread
-  bool marked = cap && !cap->runtime_loop.load(std::memory_order_relaxed);
-  if (marked) cap->runtime_loop.store(true, std::memory_order_relaxed);
+  rts::RuntimeWork mark(cap ? &cap->runtime_loop : nullptr);
   for (;; rts::spin_turn(turns))
-    if (!locked_.load(std::memory_order_relaxed) && try_lock()) break;
-  if (marked) cap->runtime_loop.store(false, std::memory_order_relaxed);
+    if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;
 }
 
 namespace {
@@ -376,13 +374,13 @@ void wake_list::wake_chain() noexcept {
     rts::wake(t);
     t = next;
   }
-  if (n_ >= kLongLoop && marked_) [[unlikely]]
-    marked_->runtime_loop.store(false, std::memory_order_relaxed);
+  if (marked_) [[unlikely]] marked_->runtime_loop.store(false, std::memory_order_relaxed);
 }
 
 rts::Capability* wake_list::mark_long_loop() noexcept {
   rts::Task* task = rts::my_task();
-  if (!task || !task->cap) return nullptr;  // a plain OS thread: no capability to mark
+  // A plain OS thread has no capability to mark; an outer mark clears itself.
+  if (!task || !task->cap || task->cap->runtime_loop.load(std::memory_order_relaxed)) return nullptr;
   task->cap->runtime_loop.store(true, std::memory_order_relaxed);
   return task->cap;
 }

@@ -65,16 +65,22 @@ class MpscStack {
   }
 
   // reverse reverses a list linked through Link (the consumer's, or a
-  // producer's own chain before it is pushed).
-  static T* reverse(T* h) noexcept {
+  // producer's own chain before it is pushed); each(k) is called after the
+  // k-th node (1, 2, ...).
+  template <class Each>
+  static T* reverse(T* h, Each&& each) noexcept {
     T* r = nullptr;
-    while (h) {
+    for (unsigned k = 1; h; ++k) {
       T* n = h->*Link;
       h->*Link = r;
       r = h;
       h = n;
+      each(k);
     }
     return r;
+  }
+  static T* reverse(T* h) noexcept {
+    return reverse(h, [](unsigned) {});
   }
 
  private:

@@ -67,7 +67,9 @@
 //    (mvar_core::lock_slow, once it has spun kSpinTurns turns);
 //  * a capability's stack pool calling into the shared arena (its lock,
 //    mmap, madvise: several ms each at -N4 on two cores, where the TLB
-//    shoot-downs wait for descheduled CPUs; StackPool::Marked).
+//    shoot-downs wait for descheduled CPUs).
+// Each sets the mark with a RuntimeWork (schedule/runtime_work.hpp) where
+// it can, so that an inner mark never clears an outer one.
 #include "schedule/hog_warning.hpp"
 
 #include <fcntl.h>

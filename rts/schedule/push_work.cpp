@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "primitives/clock.hpp"
+#include "schedule/runtime_work.hpp"
 #include "schedule/pick.hpp"
 #include "schedule/steal.hpp"
 #include "task/handover.hpp"
@@ -66,8 +67,7 @@ void push_work(Capability* cap) {
   if (!target) return;
   std::size_t k = cap->run_queue.size() / 2;
   // Half of a long queue takes a while: Note [Warning about a hog].
-  bool long_loop = k >= kLongLoop;
-  if (long_loop) [[unlikely]] cap->runtime_loop.store(true, std::memory_order_relaxed);
+  RuntimeWork mark(k >= kLongLoop ? &cap->runtime_loop : nullptr);
   Thread* first = nullptr;
   Thread* last = nullptr;
   std::uint64_t moved = 0;
@@ -84,12 +84,10 @@ void push_work(Capability* cap) {
     last = t;
     ++moved;
   }
-  if (moved) {
-    target->inbox.push_chain(first, last);
-    cap->threads_pushed.add(moved);
-  }
-  if (long_loop) [[unlikely]] cap->runtime_loop.store(false, std::memory_order_relaxed);
-  if (moved) notify_capability(target);
+  if (!moved) return;
+  target->inbox.push_chain(first, last);
+  cap->threads_pushed.add(moved);
+  notify_capability(target);
 }
 
 [[gnu::noinline]] bool long_queue_wants_push(Capability* cap) {

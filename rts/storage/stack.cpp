@@ -411,7 +411,7 @@ bool StackArena::is_guard_page(const void* addr, const void* stack_lo) const {
 // plus kWarmMax), and returned within a few ticks of the runtime going idle.
 void StackPool::share_all() {
   if (free_.empty()) return;  // parking nothing would clear the hint
-  Marked m(runtime_work_);
+  RuntimeWork m(runtime_work_);
   arena_->park_warm(free_.data(), free_.size());
   free_.clear();
 }
@@ -420,7 +420,7 @@ void StackPool::trim(bool busy) {
   // Keep the watermark's worth of the most recently used (top of the LIFO),
   // give the coldest back to the OS in one batch.
   std::size_t excess = free_.size() - watermark_;
-  Marked m(runtime_work_);
+  RuntimeWork m(runtime_work_);
   if (busy) arena_->park_warm(free_.data(), excess);
   else arena_->give_back(free_.data(), excess);
   free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(excess));

@@ -30,6 +30,8 @@
 #include <mutex>
 #include <vector>
 
+#include "schedule/runtime_work.hpp"
+
 namespace capstan::rts {
 
 class StackArena {
@@ -151,7 +153,7 @@ class StackPool {
   // out of stacks] in stack.cpp).
   void* get() {
     if (free_.empty()) [[unlikely]] {
-      Marked m(runtime_work_);
+      RuntimeWork m(runtime_work_);
       arena_->allocate_batch(free_, 16);
       if (free_.empty()) return nullptr;
     }
@@ -179,23 +181,6 @@ class StackPool {
   std::size_t pooled() const { return free_.size(); }
 
  private:
-  // Marked sets the flag for its lifetime, unless it was set already (an
-  // outer mark of the runtime's, which clears it itself).
-  class Marked {
-   public:
-    explicit Marked(std::atomic<bool>* f) noexcept
-        : f_(f && !f->load(std::memory_order_relaxed) ? f : nullptr) {
-      if (f_) f_->store(true, std::memory_order_relaxed);
-    }
-    ~Marked() {
-      if (f_) f_->store(false, std::memory_order_relaxed);
-    }
-    Marked(const Marked&) = delete;
-    Marked& operator=(const Marked&) = delete;
-
-   private:
-    std::atomic<bool>* f_;
-  };
   void trim(bool busy);
   void share_all();
   StackArena* arena_ = nullptr;
