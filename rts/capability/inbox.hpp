@@ -17,7 +17,7 @@
 #include <atomic>
 
 #include "primitives/mpsc_stack.hpp"
-#include "schedule/runtime_work.hpp"
+#include "primitives/runtime_work.hpp"
 #include "thread/thread.hpp"
 
 namespace capstan::rts {

@@ -68,7 +68,7 @@
 //  * a capability's stack pool calling into the shared arena (its lock,
 //    mmap, madvise: several ms each at -N4 on two cores, where the TLB
 //    shoot-downs wait for descheduled CPUs).
-// Each sets the mark with a RuntimeWork (schedule/runtime_work.hpp) where
+// Each sets the mark with a RuntimeWork (primitives/runtime_work.hpp) where
 // it can, so that an inner mark never clears an outer one.
 #include "schedule/hog_warning.hpp"
 

@@ -38,7 +38,7 @@
 #include <cstdint>
 
 #include "primitives/clock.hpp"
-#include "schedule/runtime_work.hpp"
+#include "primitives/runtime_work.hpp"
 #include "schedule/pick.hpp"
 #include "schedule/steal.hpp"
 #include "task/handover.hpp"

@@ -30,7 +30,7 @@
 #include <mutex>
 #include <vector>
 
-#include "schedule/runtime_work.hpp"
+#include "primitives/runtime_work.hpp"
 
 namespace capstan::rts {
 
