@@ -179,9 +179,11 @@ unsigned break_deadlock() {
   rt.waits_need_lock.store(true, std::memory_order_seq_cst);
   rt.wait_locks_on.store(true, std::memory_order_release);
   // Every blocked thread gets the same report: all of them are involved,
-  // since nothing outside them could wake any (thread/dump.hpp).
+  // since nothing outside them could wake any (thread/dump.hpp).  The
+  // report's lines say what each waited on (an mvar, a chan, a mutex, ...),
+  // so the first line names no primitive.
   const std::exception_ptr ex = std::make_exception_ptr(blocked_indefinitely(
-      "thread blocked indefinitely in an mvar operation: deadlock; the blocked threads were:" +
+      "thread blocked indefinitely: deadlock; the blocked threads were:" +
       blocked_threads_report(kReportLines)));
   unsigned n = 0;
   for (Capability* c : rt.caps) {

@@ -51,8 +51,10 @@
 #include "runtime/runtime.hpp"
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
+#include "primitives/clock.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
+#include "thread/dump.hpp"
 
 namespace capstan::rts {
 
@@ -194,19 +196,38 @@ std::uint64_t safe_calls_in_progress(std::string* names) {
   return n;
 }
 
-// report_abandoned names the threads shutdown abandons; `stuck`: at once,
-// since nothing could wake them (Note [Blocked while unwinding]), else
-// after the grace period.
+// abandoned_reason says why shutdown could not finish t: blocked while
+// unwinding (and on what), or it caught thread_killed and carried on.  Main
+// holds t's home all_lock; t may still be running elsewhere, so its fields
+// are read as the thread dump reads them (snap: a racy snapshot, for a
+// diagnostic).  Only a blocked thread's snapshot is stable: it saved its
+// exception state when it switched out.
+std::string abandoned_reason(const Thread* t, std::int64_t now) {
+  std::string on = waits_on(t, now);
+  bool unwinding = snap(t->has_eh) && snap(t->eh.uncaught) != 0;
+  if (!on.empty() && unwinding)
+    return fmt::format("blocked while unwinding, on {}", on);
+  if (!on.empty()) return fmt::format("caught thread_killed, then blocked on {}", on);
+  return "caught thread_killed and carried on";
+}
+
+// report_abandoned names the threads shutdown abandons, each with why it
+// could not be finished; `stuck`: at once, since nothing could wake them
+// (Note [Blocked while unwinding]), else after the grace period - where
+// the ones blocked while unwinding are those something outside the runtime
+// could still have woken (an fd wait, a sleep, an outside OS thread).
 void report_abandoned(bool stuck) {
   std::string names;
   std::uint64_t n = 0;
+  const std::int64_t now = now_ns();
   for (Capability* c : rt.caps) {
     c->all_lock.lock();
     for (Thread* t = c->all_head; t; t = t->all_next) {
       if (t->is_main || in_safe_call(t)) continue;
       ++n;
       if (n <= 10)
-        names += fmt::format(" {}({})", t->id, t->label ? t->label->c_str() : "unlabelled");
+        names += fmt::format(" {}({}: {})", t->id, t->label ? t->label->c_str() : "unlabelled",
+                             abandoned_reason(t, now));
     }
     c->all_lock.unlock();
   }
@@ -217,8 +238,8 @@ void report_abandoned(bool stuck) {
                  static_cast<unsigned long long>(n), names.c_str(), n > 10 ? " ..." : "");
   else if (n)
     std::fprintf(stderr,
-                 "capstan: %llu thread(s) did not finish within %llds of shutdown's last progress "
-                 "(they caught thread_killed and carried on); abandoned without unwinding:%s%s\n",
+                 "capstan: %llu thread(s) did not finish within %llds of shutdown's last progress; "
+                 "abandoned without unwinding:%s%s\n",
                  static_cast<unsigned long long>(n),
                  static_cast<long long>(kShutdownGrace.count()), names.c_str(),
                  n > 10 ? " ..." : "");

@@ -9,11 +9,16 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "capstan_test.hpp"
 #include "io/io_manager.hpp"
 
 extern "C" const char* __lsan_default_suppressions() {
-  return "leak:abandoned_thread_body\n";  // see abandoned_thread_body
+  // see abandoned_thread_body and waits_for_fd_in_destructor
+  return "leak:abandoned_thread_body\nleak:waits_for_fd_in_destructor\n";
 }
 
 namespace {
@@ -198,7 +203,9 @@ void Shutdown::abandon_one_among(Block block, AllBlocked all_blocked) {
   });
   auto shutdown_took = std::chrono::steady_clock::now() - main_done;
   std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("waits-in-destructor"), std::string::npos) << err;
+  EXPECT_NE(err.find("waits-in-destructor: blocked while unwinding, on mvar take 0x"),
+            std::string::npos)
+      << err;
   EXPECT_NE(err.find("nothing can wake them"), std::string::npos)
       << "abandoned after the grace period, not once the run was quiet: " << err;
   EXPECT_EQ(err.find("did not finish within"), std::string::npos) << err;
@@ -266,6 +273,65 @@ TEST_F(ShutdownPolicy, AnOutsideThreadKeepsTheGracePeriod) {
   outside.join();
   EXPECT_NE(err.find("did not finish within"), std::string::npos) << err;
   EXPECT_EQ(err.find("nothing can wake them"), std::string::npos) << err;
+  // It is named for what it is, not as a thread that swallowed the kill.
+  EXPECT_NE(err.find("blocked while unwinding, on mvar take 0x"), std::string::npos) << err;
+  EXPECT_EQ(err.find("caught thread_killed"), std::string::npos) << err;
+}
+
+// Waits for an fd in its destructor: run while the thread unwinds.
+struct WaitsForFdWhenDestroyed {
+  int fd;
+  ~WaitsForFdWhenDestroyed() { capstan::wait_readable(fd); }
+};
+
+// The body of the thread the next test abandons (its thread_killed is never
+// freed, as abandoned_thread_body's).
+[[gnu::noinline]] void waits_for_fd_in_destructor(int fd, std::atomic<bool>* blocked,
+                                                  capstan::mvar<int>* gate) {
+  WaitsForFdWhenDestroyed w{fd};
+  *blocked = true;
+  gate->take();
+  asm volatile("" ::: "memory");  // keeps this frame: no tail call
+}
+
+// A thread blocked while unwinding on an fd wait could still be woken by
+// the world outside (a peer's bytes), so shutdown gives it the grace
+// period - and then names it for what it is, with the fd it waited for,
+// not as a thread that caught thread_killed and carried on (the report
+// said that of every thread abandoned after the grace period).  The thread
+// beside it that does swallow the kill is named as such.
+TEST_F(ShutdownPolicy, AThreadBlockedWhileUnwindingOnAnFdIsNamedWithItsFd) {
+  expect_abandoned(2);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  capstan::mvar<int> gate, stubborn_gate;  // outlive run()
+  std::atomic<bool> blocked{false}, stubborn_blocked{false};
+  testing::internal::CaptureStderr();
+  run(capstan_test::opts(2), [&] {
+    auto t = capstan::fork_io([&] { waits_for_fd_in_destructor(sv[0], &blocked, &gate); });
+    capstan::label_thread(t, "closer");
+    auto s = capstan::fork_io([&] {
+      stubborn_blocked = true;
+      for (;;) {
+        try {
+          stubborn_gate.take();
+        } catch (const capstan::thread_killed&) {
+          // carries on: each take meets the kill again at once
+        }
+      }
+    });
+    capstan::label_thread(s, "stubborn");
+    while (!blocked || !stubborn_blocked || gate.waiting() != 1 || stubborn_gate.waiting() != 1)
+      capstan::yield();
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  close(sv[0]);
+  close(sv[1]);
+  EXPECT_NE(err.find("did not finish within"), std::string::npos) << err;
+  EXPECT_NE(err.find(fmt::format("(closer: blocked while unwinding, on fd {} to be readable)", sv[0])),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("(stubborn: caught thread_killed"), std::string::npos) << err;
 }
 
 // --deadlock-detection=force ignores outside threads (the program promises
