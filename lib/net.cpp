@@ -53,8 +53,16 @@ namespace {
   throw std::system_error(err, std::generic_category(), what);
 }
 
+// close_socket and close_socket_nowait close a socket's fd, unmarking it
+// first (Note [Owned fds] in rts/io/owned_fds.hpp).
 void close_socket(int fd) {
+  rts::io_release_fd(fd);
   if (rts::io_on_green_thread()) rts::io_close_fd(fd); else rts::io_close_fd_nowait(fd);
+}
+
+void close_socket_nowait(int fd) noexcept {
+  rts::io_release_fd(fd);
+  rts::io_close_fd_nowait(fd);
 }
 
 // Note [Closing under a blocked call]
@@ -106,7 +114,7 @@ class user {
   ~user() {
     if (!in_) return;
     if (use_.fetch_sub(1, std::memory_order_acq_rel) == (detail::kClosed | 1))
-      rts::io_close_fd_nowait(fd_of_last_);
+      close_socket_nowait(fd_of_last_);
   }
   // in: false when the socket was already closed (the call must not run).
   bool in() const { return in_; }
@@ -144,7 +152,7 @@ void close_use(std::atomic<unsigned>& use, int fd) {
   }
   rts::io_interrupt_fd(fd);  // before we count out: see the Note
   if (use.fetch_sub(1, std::memory_order_acq_rel) == (detail::kClosed | 1))
-    rts::io_close_fd_nowait(fd);  // every call left while we interrupted
+    close_socket_nowait(fd);  // every call left while we interrupted
 }
 
 // Note [Safe points before the system call]
@@ -275,7 +283,7 @@ std::uint64_t accept_retries() noexcept {
 
 socket_fd& socket_fd::operator=(socket_fd&& o) noexcept {
   if (this != &o) {
-    if (!(use.load(std::memory_order_relaxed) & kClosed)) rts::io_close_fd_nowait(fd);
+    if (!(use.load(std::memory_order_relaxed) & kClosed)) close_socket_nowait(fd);
     fd = std::exchange(o.fd, -1);
     use.store(o.use.exchange(kClosed, std::memory_order_relaxed), std::memory_order_relaxed);
   }
@@ -283,7 +291,7 @@ socket_fd& socket_fd::operator=(socket_fd&& o) noexcept {
 }
 
 socket_fd::~socket_fd() {
-  if (!(use.load(std::memory_order_relaxed) & kClosed)) rts::io_close_fd_nowait(fd);
+  if (!(use.load(std::memory_order_relaxed) & kClosed)) close_socket_nowait(fd);
 }
 
 }  // namespace detail
@@ -297,6 +305,7 @@ connection::connection(int fd) {
   int fl = ::fcntl(fd, F_GETFL);
   if (fl >= 0 && !(fl & O_NONBLOCK)) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
   s_ = detail::socket_fd(fd);  // open; not shared yet
+  rts::io_claim_fd(fd);  // Note [Owned fds] in rts/io/owned_fds.hpp
 }
 
 std::size_t connection::read(void* buf, std::size_t n) {
@@ -394,6 +403,7 @@ listener listener::listen(const std::string& host, std::uint16_t port, int backl
     }
     listener l;
     l.s_ = detail::socket_fd(static_cast<int>(fd));  // open; not shared yet
+    rts::io_claim_fd(static_cast<int>(fd));  // Note [Owned fds] in rts/io/owned_fds.hpp
     int one = 1;
     ::setsockopt(l.s_.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     long rc = sys_result(::bind(l.s_.fd, a->ai_addr, a->ai_addrlen));

@@ -17,6 +17,7 @@
 #include "capstan/thread.hpp"
 #include "primitives/clock.hpp"
 #include "io/io_thread.hpp"
+#include "io/owned_fds.hpp"
 #include "schedule/schedule.hpp"
 
 // The IO manager's view into mvar<int> (its friend): the box's wait without
@@ -202,6 +203,10 @@ void io_close_fd_nowait(int fd) noexcept {
   if (!push_fd_message(Op::close_fd_nowait, fd)) ::close(fd);
 }
 
+void io_claim_fd(int fd) noexcept { owned_fds().claim(fd); }
+
+void io_release_fd(int fd) noexcept { owned_fds().release(fd); }
+
 void io_interrupt_fd(int fd) noexcept {
   // Nothing can wait on fd unless the IO manager runs: the waiter starts it
   // (io_start) before it counts itself as a user of the fd, so a closer
@@ -254,6 +259,14 @@ bool wait_fd(int fd, bool writable, long long timeout_ns) {
 
 }  // namespace detail
 
-void close_fd(int fd) { rts::io_close_fd(fd); }
+void close_fd(int fd) {
+  // Note [Owned fds]: the socket would close it again later.
+  if (rts::owned_fds().owned(fd))
+    throw usage_error(fmt::format(
+        "capstan::close_fd: fd {} belongs to a capstan::net connection or listener, which closes "
+        "it itself; call its close() instead (closing it here too would close it twice)",
+        fd));
+  rts::io_close_fd(fd);
+}
 
 }  // namespace capstan

@@ -68,6 +68,13 @@ void io_close_fd(int fd);
 // that can fail (Note [Pushing from any thread]).
 void io_close_fd_nowait(int fd) noexcept;
 
+// io_claim_fd marks fd as owned by a capstan::net socket, and
+// io_release_fd unmarks it before the socket pushes its close: while it is
+// marked, capstan::close_fd refuses it (Note [Owned fds] in
+// io/owned_fds.hpp).  Any thread; cannot fail.
+void io_claim_fd(int fd) noexcept;
+void io_release_fd(int fd) noexcept;
+
 // io_interrupt_fd wakes every green thread waiting on fd with io_error
 // ("fd N was closed while this thread waited on it") and fails every later
 // wait on fd the same way, until fd is closed with io_close_fd or

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "capstan_test.hpp"
 #include "io/io_manager.hpp"
 
@@ -435,6 +437,55 @@ TEST_P(Net, CallsAfterCloseAreEbadfShutdownWriteIncluded) {
     expect_ebadf("connection::read", [&] { c.read(&b, 1); });
     expect_ebadf("connection::write_all", [&] { c.write_all("x", 1); });
     expect_ebadf("connection::shutdown_write", [&] { c.shutdown_write(); });
+    l.close();
+  });
+}
+
+// Note [Owned fds]: close_fd on a socket's fd would close it under its
+// owner, which closes it again later - by then perhaps another socket's
+// number.  It is refused with usage_error naming the fd and what to call,
+// for connections (accepted, connected, adopted) and listeners alike; the
+// socket still works and closes once.  After the socket's close() the
+// number is free again: a new file given it can be closed with close_fd.
+TEST_P(Net, CloseFdOnASocketsFdIsAUsageError) {
+  run([] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    capstan::mvar<capstan::net::connection> server_side;
+    capstan::fork_io([&] { server_side.put(l.accept()); });
+    auto c = capstan::net::connect("127.0.0.1", l.port());
+    auto srv = server_side.take();
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    capstan::net::connection adopted(sv[0]);
+    auto refused = [](int fd) {
+      try {
+        capstan::close_fd(fd);
+        return std::string("accepted");
+      } catch (const capstan::usage_error& e) {
+        return std::string(e.what());
+      }
+    };
+    for (int fd : {c.fd(), srv.fd(), l.fd(), adopted.fd()}) {
+      std::string what = refused(fd);
+      EXPECT_NE(what.find(fmt::format("fd {} belongs to a capstan::net", fd)), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("call its close()"), std::string::npos) << what;
+      EXPECT_NE(::fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed";
+    }
+    c.write_all("x", 1);  // still works
+    char b = 0;
+    EXPECT_EQ(srv.read(&b, 1), 1u);
+    EXPECT_EQ(b, 'x');
+    int old = adopted.fd();
+    adopted.close();
+    // The number is free once its owner closed it (close() on a green
+    // thread returns after the close), and a plain fd given it closes.
+    EXPECT_EQ(::fcntl(old, F_GETFD), -1);
+    int again = ::dup2(sv[1], old);
+    ASSERT_EQ(again, old);
+    EXPECT_EQ(refused(again), "accepted");
+    EXPECT_EQ(::fcntl(again, F_GETFD), -1);
+    ::close(sv[1]);
     l.close();
   });
 }

@@ -1,0 +1,65 @@
+// owned_fds.hpp - which fds a capstan::net socket owns, so that close_fd
+// can refuse them (it would close the fd under its owner, which closes it
+// again later: by then the number may name another file).
+//
+// Note [Owned fds]
+// ~~~~~~~~~~~~~~~~
+// connection and listener close their fd themselves (Note [Closing under
+// a blocked call] in lib/net.cpp).  A program that also calls
+// capstan::close_fd(c.fd()) closes it twice: the second close(2) lands on
+// whatever file the number names by then - another connection's socket on
+// a busy server.  So the sockets mark their fds here from construction
+// until their close is pushed, and close_fd throws usage_error for a
+// marked fd.  The mark is one bit per fd in chunks of 65,536 made on first
+// use and never freed (8 KiB each; fds at or above kMaxTracked, 16 M, are
+// not tracked).  The check is best-effort, for misuse: a close_fd racing
+// with the socket's own close may pass it, so the bits need no ordering
+// beyond their own atomicity (relaxed), and a chunk pointer is published
+// with release and read with acquire so its zeroed bits are seen.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace capstan::rts {
+
+class OwnedFds {
+ public:
+  static constexpr int kChunkBits = 16;
+  static constexpr int kChunks = 256;
+  static constexpr long kMaxTracked = long{kChunks} << kChunkBits;
+
+  // claim marks fd as owned by a socket; any thread.
+  void claim(int fd) noexcept {
+    if (std::atomic<std::uint64_t>* w = word(fd, /*make=*/true))
+      w->fetch_or(bit(fd), std::memory_order_relaxed);
+  }
+  // release unmarks fd, before its owner pushes the close; any thread.
+  void release(int fd) noexcept {
+    if (std::atomic<std::uint64_t>* w = word(fd, /*make=*/false))
+      w->fetch_and(~bit(fd), std::memory_order_relaxed);
+  }
+  // owned: is fd marked?  any thread.
+  bool owned(int fd) const noexcept {
+    const std::atomic<std::uint64_t>* w = const_cast<OwnedFds*>(this)->word(fd, false);
+    return w && (w->load(std::memory_order_relaxed) & bit(fd));
+  }
+
+ private:
+  static constexpr int kWords = (1 << kChunkBits) / 64;
+  struct Chunk {
+    std::atomic<std::uint64_t> words[kWords] = {};
+  };
+  static std::uint64_t bit(int fd) noexcept { return std::uint64_t{1} << (fd & 63); }
+  // word holding fd's bit; makes its chunk if `make` (nullptr if fd is not
+  // tracked, or its chunk does not exist and `make` is false, or memory ran
+  // out: the check is then skipped, never the close).
+  std::atomic<std::uint64_t>* word(int fd, bool make) noexcept;
+
+  std::atomic<Chunk*> chunks_[kChunks] = {};  // made once, never freed
+};
+
+// The process's one table (fds are the process's).
+OwnedFds& owned_fds() noexcept;
+
+}  // namespace capstan::rts
