@@ -15,10 +15,10 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
-#include <mutex>
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ranges>
 #include <type_traits>
