@@ -40,7 +40,8 @@
 #include "capstan/detail/bridge.hpp"
 #include "capstan/io.hpp"
 #include "capstan/thread.hpp"
-#include "io/io_manager.hpp"  // the one rts interface net uses
+#include "io/io_manager.hpp"  // the one rts interface net uses, with:
+#include "primitives/say.hpp"  // its diagnostics (Note [Diagnostics never fail])
 
 namespace capstan::net {
 namespace {
@@ -433,8 +434,7 @@ connection listener::accept() {
     if (resource_shortage(-fd)) {  // Note [Accept back-off]
       accept_retry_count.fetch_add(1, std::memory_order_relaxed);  // a statistic
       if (!accept_retry_reported.exchange(true, std::memory_order_relaxed))
-        fmt::print(stderr,
-                   "{}(fd {}): {}; retrying after 5 ms, backing off up to 100 ms while it "
+        rts::say("{}(fd {}): {}; retrying after 5 ms, backing off up to 100 ms while it "
                    "lasts (reported once)\n",
                    what, lfd, std::strerror(static_cast<int>(-fd)));
       capstan::sleep_for(backoff);

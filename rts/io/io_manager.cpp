@@ -184,6 +184,7 @@
 #include <system_error>
 
 #include "capstan/errors.hpp"
+#include "primitives/say.hpp"
 #include "runtime/runtime.hpp"
 #include "thread/dump.hpp"
 #include "trace/trace.hpp"
@@ -301,7 +302,7 @@ void IoManager::start() {
     close_trace_handles();
     uv_run(&loop_, UV_RUN_NOWAIT);  // runs the close callbacks
     if (int crc = uv_loop_close(&loop_); crc != 0)
-      fmt::print(stderr, "capstan: internal error: uv_loop_close after a failed start: {}\n",
+      say("capstan: internal error: uv_loop_close after a failed start: {}\n",
                  uv_strerror(crc));
     throw;
   }
@@ -377,12 +378,12 @@ void IoManager::shutdown() noexcept {
   // Every push happened before the last drain: green threads stopped
   // before shutdown began, any-thread pushes are fenced by the gate.
   if (queue_.maybe_nonempty() || quiet_.maybe_nonempty()) {
-    fmt::print(stderr, "capstan: internal error: a message reached the IO manager after its "
+    say("capstan: internal error: a message reached the IO manager after its "
                        "last drain\n");
     std::abort();
   }
   if (int rc = uv_loop_close(&loop_); rc != 0)
-    fmt::print(stderr, "capstan: internal error: uv_loop_close at shutdown: {}\n",
+    say("capstan: internal error: uv_loop_close at shutdown: {}\n",
                uv_strerror(rc));
   started_.store(false, std::memory_order_release);
 }

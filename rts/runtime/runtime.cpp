@@ -48,6 +48,7 @@
 
 #include "capstan/errors.hpp"
 #include "io/io_manager.hpp"
+#include "primitives/say.hpp"
 #include "mvar/event.hpp"
 #include "primitives/clock.hpp"
 #include "primitives/parker.hpp"
@@ -151,7 +152,7 @@ bool main_invoke(void* p) {
     try {
       io_start();
     } catch (const std::exception& e) {
-      fmt::print(stderr, "capstan: +RTS --dump-on-sigquit: {}; SIGQUIT will not dump threads\n",
+      say("capstan: +RTS --dump-on-sigquit: {}; SIGQUIT will not dump threads\n",
                  e.what());
     }
   }

@@ -17,6 +17,7 @@
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/switch.hpp"
+#include "primitives/say.hpp"
 #include "task/handover.hpp"
 
 namespace capstan::rts {
@@ -27,8 +28,7 @@ void report_uncaught(Thread* t, const char* what) {
   t->home->all_lock.lock();  // labels are guarded by it (label_thread)
   std::string label = t->label ? *t->label : "unlabelled";
   t->home->all_lock.unlock();
-  std::fprintf(stderr, "capstan: uncaught exception in thread %llu (%s): %s\n",
-               static_cast<unsigned long long>(t->id), label.c_str(), what);
+  say("capstan: uncaught exception in thread {} ({}): {}\n", t->id, label, what);
   my_task()->cap->uncaught_exceptions.add();
 }
 

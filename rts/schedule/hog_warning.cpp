@@ -84,6 +84,7 @@
 
 #include "capability/capability.hpp"
 #include "primitives/clock.hpp"
+#include "primitives/say.hpp"
 #include "runtime/runtime.hpp"
 #include "task/task.hpp"
 #include "thread/dump.hpp"
@@ -209,8 +210,7 @@ void HogWarner::tick(std::int64_t period_ns) {
                              ? "it is blocked in the operating system: make blocking calls "
                                "through capstan::safe_call"
                              : "call capstan::yield_point() in its long loops";
-    fmt::print(stderr,
-               "capstan: {} has held capability {} for {} ms without reaching a safe point while "
+    say("capstan: {} has held capability {} for {} ms without reaching a safe point while "
                "{} other thread{} waited for it; {} "
                "(named once; +RTS --warn-hog=<ms> sets the limit, 0 silences it)\n",
                name, c->no, (now - s.since_ns) / 1'000'000, s.most_waiting,

@@ -52,6 +52,7 @@
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "primitives/clock.hpp"
+#include "primitives/say.hpp"
 #include "stats/stats.hpp"
 #include "task/handover.hpp"
 #include "thread/dump.hpp"
@@ -232,17 +233,13 @@ void report_abandoned(bool stuck) {
     c->all_lock.unlock();
   }
   if (n && stuck)
-    std::fprintf(stderr,
-                 "capstan: %llu thread(s) blocked while unwinding at shutdown, and nothing can "
-                 "wake them; abandoned without unwinding:%s%s\n",
-                 static_cast<unsigned long long>(n), names.c_str(), n > 10 ? " ..." : "");
+    say("capstan: {} thread(s) blocked while unwinding at shutdown, and nothing can wake them; "
+        "abandoned without unwinding:{}{}\n",
+        n, names, n > 10 ? " ..." : "");
   else if (n)
-    std::fprintf(stderr,
-                 "capstan: %llu thread(s) did not finish within %llds of shutdown's last progress; "
-                 "abandoned without unwinding:%s%s\n",
-                 static_cast<unsigned long long>(n),
-                 static_cast<long long>(kShutdownGrace.count()), names.c_str(),
-                 n > 10 ? " ..." : "");
+    say("capstan: {} thread(s) did not finish within {}s of shutdown's last progress; abandoned "
+        "without unwinding:{}{}\n",
+        n, kShutdownGrace.count(), names, n > 10 ? " ..." : "");
 }
 
 }  // namespace
@@ -317,11 +314,8 @@ void shutdown_protocol() {
         break;
       }
       if (!reported_calls) {
-        std::fprintf(stderr,
-                     "capstan: shutdown is waiting for %llu thread(s) inside safe_call to "
-                     "return:%s%s\n",
-                     static_cast<unsigned long long>(calls), names.c_str(),
-                     calls > 10 ? " ..." : "");
+        say("capstan: shutdown is waiting for {} thread(s) inside safe_call to return:{}{}\n",
+            calls, names, calls > 10 ? " ..." : "");
         reported_calls = true;
       }
     }

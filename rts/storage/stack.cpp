@@ -18,6 +18,7 @@
 
 #include "primitives/clock.hpp"
 #include "primitives/fault_injection.hpp"
+#include "primitives/say.hpp"
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
@@ -261,12 +262,11 @@ void StackArena::warn_once() {
     usable = usable_;
     e = last_error_;
   }
-  std::fprintf(stderr,
-               "capstan: cannot map %zu bytes for green-thread stacks: %s; threads that find "
-               "no free stack end before they run (counted 'unstarted' by +RTS -s) until "
-               "stacks or memory are freed (lower +RTS -K, now %zu bytes, or the number of "
-               "threads alive at once)\n",
-               bytes, std::strerror(e), usable);
+  say("capstan: cannot map {} bytes for green-thread stacks: {}; threads that find "
+      "no free stack end before they run (counted 'unstarted' by +RTS -s) until "
+      "stacks or memory are freed (lower +RTS -K, now {} bytes, or the number of "
+      "threads alive at once)\n",
+      bytes, std::strerror(e), usable);
 }
 
 void* StackArena::take_reserve() {

@@ -48,6 +48,7 @@
 
 #include "capability/capability.hpp"
 #include "primitives/clock.hpp"
+#include "primitives/say.hpp"
 #include "runtime/runtime.hpp"
 #include "trace/buffer.hpp"
 #include "trace/trace.hpp"
@@ -244,7 +245,7 @@ class Json {
   void flush() {
     if (!failed && std::fwrite(out_.data(), 1, out_.size(), f) != out_.size()) {
       failed = true;
-      fmt::print(stderr, "capstan: +RTS -l: writing {} failed: {}; the trace is incomplete\n",
+      say("capstan: +RTS -l: writing {} failed: {}; the trace is incomplete\n",
                  path, std::strerror(errno));
     }
     out_.clear();
@@ -373,7 +374,7 @@ class Writer {
         if (!spool_failed && (std::fwrite(&h, sizeof h, 1, spool) != 1 ||
                               std::fwrite(c->ev, sizeof(TraceEvent), c->n, spool) != c->n)) {
           spool_failed = true;
-          fmt::print(stderr, "capstan: +RTS -l: writing the trace's temporary file failed: {}; "
+          say("capstan: +RTS -l: writing the trace's temporary file failed: {}; "
                              "the trace will be incomplete\n", std::strerror(errno));
         }
         TraceChunk* next = c->next;
@@ -416,14 +417,14 @@ void trace_start() {
   w->json.path = rt.opts.trace_file.empty() ? default_path() : rt.opts.trace_file;
   w->json.f = std::fopen(w->json.path.c_str(), "w");
   if (!w->json.f) {
-    fmt::print(stderr, "capstan: +RTS -l: cannot write the trace to {}: {}; running untraced\n",
+    say("capstan: +RTS -l: cannot write the trace to {}: {}; running untraced\n",
                w->json.path, std::strerror(errno));
     delete w;
     return;
   }
   w->spool = std::tmpfile();
   if (!w->spool) {
-    fmt::print(stderr, "capstan: +RTS -l: cannot make a temporary file for the trace: {}; running "
+    say("capstan: +RTS -l: cannot make a temporary file for the trace: {}; running "
                        "untraced\n", std::strerror(errno));
     std::fclose(w->json.f);
     delete w;
@@ -442,7 +443,7 @@ void trace_start() {
   try {
     w->thread = std::thread([w] { w->loop(); });
   } catch (const std::system_error& e) {
-    fmt::print(stderr, "capstan: +RTS -l: cannot start the trace writer thread: {}; running untraced\n",
+    say("capstan: +RTS -l: cannot start the trace writer thread: {}; running untraced\n",
                e.what());
     std::fclose(w->json.f);
     std::fclose(w->spool);
@@ -484,10 +485,10 @@ void trace_stop() noexcept {
     w->read_spool([&](std::uint32_t b, const TraceEvent& e) { w->json.convert(buffers[b]->track(), e); });
     w->json.finish(end, dropped);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "capstan: +RTS -l: writing {} failed: {}\n", w->json.path, e.what());
+    say("capstan: +RTS -l: writing {} failed: {}\n", w->json.path, e.what());
   }
   if (std::fclose(w->json.f) != 0 && !w->json.failed)
-    fmt::print(stderr, "capstan: +RTS -l: closing {} failed: {}\n", w->json.path,
+    say("capstan: +RTS -l: closing {} failed: {}\n", w->json.path,
                std::strerror(errno));
   std::fclose(w->spool);
   rt.tracing = false;
