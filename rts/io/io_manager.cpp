@@ -222,16 +222,21 @@ namespace {
 
 // Note [libuv's process-wide set-up]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The first uv_loop_init of a process also runs libuv's one-time global
-// set-up (uv_once), which makes a pipe for its signal handling and calls
-// abort() if it cannot.  uv_loop_init makes its epoll fd first, so with
-// one or two fds free the first IO call killed the process.  So until a
-// loop has once been initialised, start first makes sure three fds can be
-// had - the epoll fd and the pipe - and gives them back: without them it
-// fails like any other step, with EMFILE and a message, and a later call
-// tries again.  What is left is a window of a few instructions in which
-// another thread of the program could take the last fds.  Tested by
-// tests/rts/io/io_first_start_test.cpp, in fresh processes.
+// uv_loop_init takes four fds: its epoll fd, a pipe for its signal
+// handling, and the eventfd that wakes the loop.  The first uv_loop_init of
+// a process also runs libuv's one-time global set-up (uv_once), which makes
+// another pipe and calls abort() if it cannot.  And when a step fails
+// part-way, libuv 1.44's uv_loop_init keeps what the earlier steps opened:
+// with three to five fds free the first start kept 3 (the epoll fd and the
+// signal pipe) for good, a later run's start with few free kept 1, so a
+// server retrying under fd pressure lost fds with each attempt.  So start
+// first makes sure the fds uv_loop_init will take can be had - 4, and 6
+// until a loop has once been initialised - and gives them back: without
+// them it fails like any other step, with EMFILE and a message, having
+// kept nothing, and a later call tries again.  What is left is a window of
+// a few instructions in which another thread of the program could take the
+// last fds.  Tested by tests/rts/io/io_first_start_test.cpp, in fresh
+// processes.
 namespace {
 std::atomic<bool> g_uv_set_up{false};  // a uv_loop_init has succeeded in this process
 }  // namespace
@@ -244,10 +249,15 @@ void IoManager::start() {
   std::lock_guard<std::mutex> g(life_mu_);
   if (started_.load(std::memory_order_relaxed)) return;
   int rc = injected_fault("uv_loop_init");
-  if (rc == 0 && !g_uv_set_up.load(std::memory_order_relaxed)) {
-    int probe[3] = {-1, -1, -1};  // See Note [libuv's process-wide set-up]
-    if (::pipe2(probe, O_CLOEXEC) != 0 || (probe[2] = ::fcntl(probe[0], F_DUPFD_CLOEXEC, 0)) < 0)
+  if (rc == 0) {  // See Note [libuv's process-wide set-up]
+    const int need = g_uv_set_up.load(std::memory_order_relaxed) ? 4 : 6;
+    int probe[6] = {-1, -1, -1, -1, -1, -1};
+    if (::pipe2(probe, O_CLOEXEC) != 0) {
       rc = -errno;
+    } else {
+      for (int i = 2; i < need && rc == 0; ++i)
+        if ((probe[i] = ::fcntl(probe[0], F_DUPFD_CLOEXEC, 0)) < 0) rc = -errno;
+    }
     for (int fd : probe)
       if (fd >= 0) ::close(fd);
   }

@@ -20,10 +20,15 @@ namespace {
 using namespace std::chrono_literals;
 
 // first_sleep_with_free_fds: lower the fd limit, use up every fd but
-// `free_fds`, then make the process's first IO call.  It must throw a
-// clear system_error (or succeed), and once the fds are back a sleep must
-// work; exits 0 then, 1 otherwise.  libuv used to abort() here.
-[[noreturn]] void first_sleep_with_free_fds(int free_fds) {
+// `free_fds`, then make the run's first IO call (the process's first, unless
+// `after_a_first_start`: then an earlier run has started and stopped the IO
+// manager).  It must throw a clear system_error (or succeed) and, if it
+// failed, leave every one of the `free_fds` fds free; once the fds are back
+// a sleep must work.  Exits 0 then, 1 otherwise.  libuv used to abort()
+// here, and a uv_loop_init that failed part-way kept 3 fds for good.
+[[noreturn]] void first_sleep_with_free_fds(int free_fds, bool after_a_first_start = false) {
+  if (after_a_first_start)
+    capstan::run(capstan_test::opts(1), [] { capstan::sleep_for(1ms); });
   int rc = capstan::run(capstan_test::opts(1), [free_fds] {
     struct rlimit rl{64, 64};
     if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return 2;
@@ -43,6 +48,18 @@ using namespace std::chrono_literals;
     } catch (const std::system_error& e) {
       clear = std::string(e.what()).find("cannot start the IO manager") != std::string::npos;
       if (!clear) std::fprintf(stderr, "unclear error: %s\n", e.what());
+      // Nothing kept: every fd that was free still is.
+      std::vector<int> again;
+      for (int i = 0; i < free_fds; ++i) {
+        int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+          std::fprintf(stderr, "the failed start kept %d fd(s)\n", free_fds - i);
+          clear = false;
+          break;
+        }
+        again.push_back(fd);
+      }
+      for (int fd : again) ::close(fd);
     }
     for (int fd : held) ::close(fd);
     capstan::sleep_for(1ms);  // starts now
@@ -64,6 +81,25 @@ TEST(IoFirstStart, WithTwoFreeFdsTheFirstIoCallFailsCleanly) {
 TEST(IoFirstStart, WithNoFreeFdTheFirstIoCallFailsCleanly) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(first_sleep_with_free_fds(0), ::testing::ExitedWithCode(0), "");
+}
+
+// With 3 to 5 fds free, the probe passed and uv_loop_init failed part-way
+// (its wake-up eventfd), keeping its epoll fd and its signal pipe open: a
+// server retrying under fd pressure lost 3 fds per attempt.
+TEST(IoFirstStart, WithThreeToFiveFreeFdsAFailedStartKeepsNoFd) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int free_fds = 3; free_fds <= 5; ++free_fds)
+    EXPECT_EXIT(first_sleep_with_free_fds(free_fds), ::testing::ExitedWithCode(0), "")
+        << free_fds << " free fds";
+}
+
+// The same for a later run's start (libuv's one-time set-up done).
+TEST(IoFirstStart, ALaterStartWithFewFreeFdsKeepsNoFd) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int free_fds = 0; free_fds <= 4; ++free_fds)
+    EXPECT_EXIT(first_sleep_with_free_fds(free_fds, /*after_a_first_start=*/true),
+                ::testing::ExitedWithCode(0), "")
+        << free_fds << " free fds";
 }
 
 }  // namespace
