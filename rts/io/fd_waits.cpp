@@ -187,6 +187,18 @@ void IoManager::do_close(Request* r) {
     close_entry(e);
   }
   interrupted_.erase(r->fd);  // the number may be reused from here on
+  if (Closer::may_linger(r->fd)) {  // Note [Closing a lingering socket] in io/closer.hpp
+    Request* waiter = r->kind == Op::close_fd ? r : nullptr;
+    // The closer's reference.  relaxed: we hold one, so this only counts.
+    if (waiter) waiter->refs.fetch_add(1, std::memory_order_relaxed);
+    parked_.fetch_add(1, std::memory_order_seq_cst);  // until the close is done
+    if (closer_.close_later(r->fd, waiter)) {
+      finish(r, kReady, /*wake=*/false);  // the closer wakes the waiter
+      return;
+    }
+    parked_.fetch_sub(1, std::memory_order_seq_cst);  // no closing thread: close here
+    if (waiter) waiter->release();
+  }
   int rc = ::close(r->fd);
   r->err = rc == 0 ? 0 : errno;
   finish(r, kReady, r->kind == Op::close_fd);

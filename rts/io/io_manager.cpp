@@ -385,6 +385,7 @@ void IoManager::shutdown() noexcept {
   stopping_.store(true, std::memory_order_seq_cst);
   uv_async_send(&async_);
   thread_.join();
+  closer_.stop();  // the lingering closes still queued: Note [Closing a lingering socket]
   // Every push happened before the last drain: green threads stopped
   // before shutdown began, any-thread pushes are fenced by the gate.
   if (queue_.maybe_nonempty() || quiet_.maybe_nonempty()) {

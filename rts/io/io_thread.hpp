@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "capstan/mvar.hpp"
+#include "io/closer.hpp"
 #include "io/io_manager.hpp"
 #include "primitives/mpsc_stack.hpp"
 
@@ -174,6 +175,10 @@ class IoManager {
 
   void shutdown() noexcept;
 
+  // closes_done: a lingering close handed to closer_ has finished (Note
+  // [Closing a lingering socket] in io/closer.hpp).  The closing thread.
+  void closes_done() noexcept { parked_.fetch_sub(1, std::memory_order_seq_cst); }
+
  private:
   void start();
   void thread_main();
@@ -256,8 +261,9 @@ class IoManager {
   Request reserve_[kReserve];
   std::atomic<bool> reserve_used_[kReserve] = {};
 
-  // Sleeps, timeouts and fd waits the IO thread holds and has not finished
-  // (written by the IO thread, read by io_parked()).
+  // Sleeps, timeouts and fd waits the IO thread holds and has not finished,
+  // and lingering closes in flight (written by the IO thread, and by the
+  // closing thread's closes_done; read by io_parked()).
   std::atomic<std::size_t> parked_{0};
   // Messages pushed and not yet handled: Note [Messages in flight].
   std::atomic<std::size_t> queued_{0};
@@ -271,6 +277,10 @@ class IoManager {
   std::unordered_map<int, FdEntry*> fds_;
   // fds given to io_interrupt_fd and not yet closed: Note [Interrupted fds].
   std::unordered_set<int> interrupted_;
+  // Closes that may block for a linger time: Note [Closing a lingering
+  // socket] in io/closer.hpp.  The IO thread hands them over; shutdown()
+  // stops it.
+  Closer closer_;
   // Wake-ups queued by finish(), each holding a reference (Note [Wake last]).
   std::vector<std::pair<Request*, int>> wakes_;
 };

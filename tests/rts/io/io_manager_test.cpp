@@ -7,6 +7,7 @@
 // not be absurdly late (generous: a shared, loaded machine).
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -760,4 +761,94 @@ TEST(IoManagerLifeCycle, ATimedWaitWhoseTimerFailsLeavesThePrimitiveUsable) {
       EXPECT_FALSE(sem.try_acquire_for(1ms));
     });
   }
+}
+
+namespace {
+
+// lingering_pair: a loopback TCP connection whose client side (returned in
+// *client) has SO_LINGER {1, linger_s} and a full send buffer that the
+// server side (*server, never read) will not drain: close(*client) blocks
+// for the linger time.  Plain fds, not capstan::net sockets.
+void lingering_pair(int linger_s, int* client, int* server, int* listener) {
+  *listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(*listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(*listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(*listener, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(*listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  *client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(*client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  *server = ::accept4(*listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(*server, 0);
+  linger l{1, linger_s};
+  ASSERT_EQ(::setsockopt(*client, SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+  ::fcntl(*client, F_SETFL, ::fcntl(*client, F_GETFL) | O_NONBLOCK);
+  static char chunk[65536];
+  while (::write(*client, chunk, sizeof chunk) > 0) {
+  }
+  ASSERT_EQ(errno, EAGAIN);
+}
+
+}  // namespace
+
+// Note [Closing a lingering socket] (rts/io/closer.hpp): close(2) of a
+// socket with SO_LINGER and unsent data blocks for the linger time.  It
+// ran on the IO thread, and froze every sleep and fd wait of the process
+// meanwhile.  Now close_fd still returns only after the close - blocking
+// its own green thread for the linger time - while another thread's sleeps
+// go on; and with every green thread blocked meanwhile (main waits for the
+// closer), deadlock detection does not take the run for stuck.
+TEST(IoManagerLinger, ALingeringCloseBlocksOnlyItsCaller) {
+  int client = -1, server = -1, listener = -1;
+  lingering_pair(1, &client, &server, &listener);
+  if (HasFatalFailure()) return;
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::mvar<double> close_ms;
+    std::atomic<bool> closing{false};
+    capstan::fork_io([&] {
+      auto t0 = clk::now();
+      closing = true;
+      capstan::close_fd(client);
+      close_ms.put(std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+    });
+    // At -N1 main runs again only once the closer has parked in close_fd:
+    // its close is queued for the IO thread ahead of our sleep.
+    while (!closing) capstan::yield();
+    auto t0 = clk::now();
+    capstan::sleep_for(10ms);
+    double sleep_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+    EXPECT_LT(sleep_ms, 500.0) << "a sleep waited for another thread's lingering close";
+    double took = close_ms.take();  // every green thread blocked: not a deadlock
+    EXPECT_GT(took, 500.0) << "close_fd returned before the close (linger 1 s)";
+    EXPECT_EQ(::fcntl(client, F_GETFD), -1) << "the fd is still open";
+  });
+  ::close(server);
+  ::close(listener);
+}
+
+// The same for a capstan::net connection dropped by its destructor (the
+// close handed over without waiting): nobody waits, the sleeps go on, and
+// shutdown waits for the close that was still lingering.
+TEST(IoManagerLinger, ADroppedLingeringConnectionFreezesNoSleep) {
+  int client = -1, server = -1, listener = -1;
+  lingering_pair(1, &client, &server, &listener);
+  if (HasFatalFailure()) return;
+  auto before_run_end = clk::now();
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::sleep_for(1ms);  // the IO manager runs, as in any server
+    { capstan::net::connection c(client); }  // ~connection: close handed over
+    auto t0 = clk::now();
+    capstan::sleep_for(10ms);
+    double sleep_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+    EXPECT_LT(sleep_ms, 500.0) << "a sleep waited for a dropped connection's lingering close";
+    before_run_end = clk::now();
+  });
+  double exit_ms = std::chrono::duration<double, std::milli>(clk::now() - before_run_end).count();
+  EXPECT_EQ(::fcntl(client, F_GETFD), -1) << "run() returned before the close";
+  EXPECT_GT(exit_ms, 300.0) << "shutdown did not wait for the lingering close";
+  ::close(server);
+  ::close(listener);
 }
