@@ -77,11 +77,13 @@ TEST(NetBackoffReport, AcceptSurvivesAStderrNobodyReads) {
     ::close(p[0]);  // the log reader has gone
     ASSERT_EQ(::dup2(p[1], 2), 2);
     ::close(p[1]);
-    // Room for 2 more fds, then EMFILE.
+    // Room for 2 more fds, then EMFILE: fill every free number below a
+    // lowered limit (at least 2 above the highest open fd), give back 2.
     rlimit low = saved;
-    low.rlim_cur = static_cast<rlim_t>(highest_open_fd() + 1);
+    low.rlim_cur = static_cast<rlim_t>(highest_open_fd() + 3);
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
     for (int fd; (fd = ::dup(l.fd())) >= 0;) fillers.push_back(fd);
+    ASSERT_GE(fillers.size(), 2u);
     for (int i = 0; i < 2; ++i) {
       ::close(fillers.back());
       fillers.pop_back();
@@ -102,10 +104,11 @@ TEST(NetBackoffReport, AcceptSurvivesAStderrNobodyReads) {
     });
     while (capstan::net::detail::accept_retries() == retries_before && death.empty())
       capstan::sleep_for(1ms);
-    for (int fd : fillers) ::close(fd);  // fds come back: the back-off ends
+    // fds come back: the back-off ends.
+    for (int fd : fillers) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &saved);
     done.take();
     ::dup2(saved_stderr, 2);
-    ::setrlimit(RLIMIT_NOFILE, &saved);
     for (int fd : clients) ::close(fd);
   });
   ::dup2(saved_stderr, 2);

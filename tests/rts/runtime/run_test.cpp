@@ -87,7 +87,7 @@ TEST_P(Run, AThreadThatSwallowsThreadKilledIsAbandonedAndReported) {
   });
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("did not finish"), std::string::npos) << err;
-  EXPECT_NE(err.find("(stubborn)"), std::string::npos) << err;
+  EXPECT_NE(err.find("(stubborn: caught thread_killed"), std::string::npos) << err;
 }
 
 TEST_P(Run, StatisticsCountWhatHappened) {
