@@ -303,10 +303,16 @@ connection::connection(int fd) {
   if (fd < 0)
     throw std::invalid_argument(
         fmt::format("capstan::net::connection: fd {} is not a file descriptor", fd));
+  // Note [Owned fds] in rts/io/owned_fds.hpp: claimed before s_ owns it,
+  // so a refused fd is neither adopted nor closed.
+  if (!rts::io_claim_fd(fd))
+    throw usage_error(fmt::format(
+        "capstan::net::connection: fd {} already belongs to a capstan::net connection or "
+        "listener; two owners would close it twice (move the owner instead)",
+        fd));
   int fl = ::fcntl(fd, F_GETFL);
   if (fl >= 0 && !(fl & O_NONBLOCK)) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
   s_ = detail::socket_fd(fd);  // open; not shared yet
-  rts::io_claim_fd(fd);  // Note [Owned fds] in rts/io/owned_fds.hpp
 }
 
 std::size_t connection::read(void* buf, std::size_t n) {

@@ -23,7 +23,7 @@
 // io_queued until the IO thread has taken it, however far behind it is.)  At
 // the default 10 ms tick that is 10-20 ms after the last thread blocked.
 // The outside OS threads are counted in /proc/self/task: the runtime names
-// its own (capstan-task, capstan-tick, capstan-io), and the thread that
+// its own (capstan-task, capstan-tick, capstan-io, capstan-close), and the thread that
 // called run() is known; any other thread makes the detector stand down
 // (`+RTS --deadlock-detection=on`, the default), counted in the statistics
 // and re-checked while the run stays quiet: when every capability is idle,

@@ -18,12 +18,13 @@ bool Closer::may_linger(int fd) noexcept {
 
 bool Closer::close_later(int fd, Request* r) noexcept {
   std::lock_guard<std::mutex> g(mu_);
-  if (!thread_.joinable()) {
+  if (threads_.empty()) stopping_ = false;  // a new life of the IO manager
+  if (idle_ == 0 && threads_.size() < kMaxThreads) {
     try {
-      stopping_ = false;
-      thread_ = std::thread([this] { run(); });
+      threads_.reserve(kMaxThreads);
+      threads_.emplace_back([this] { run(); });
     } catch (...) {
-      return false;  // the caller closes on the IO thread: slow, not lost
+      if (threads_.empty()) return false;  // the caller closes on the IO thread
     }
   }
   try {
@@ -39,34 +40,39 @@ void Closer::run() {
   pthread_setname_np(pthread_self(), "capstan-close");  // Note [Deadlock detection]
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {
+    ++idle_;
     cv_.wait(g, [this] { return stopping_ || !jobs_.empty(); });
+    --idle_;
     if (jobs_.empty()) return;  // stopping, and nothing left
     Job j = jobs_.front();
     jobs_.pop_front();
     g.unlock();
     int rc = ::close(j.fd);  // may block for the linger time: see the Note
     int err = rc == 0 ? 0 : errno;
-    if (Request* r = j.r) {
-      r->err = err;
-      r->box.try_put(kReady);  // wakes the close_fd caller, if it still waits
-      io.closes_done();        // see the Note: after the wake-up
-      r->release();            // our reference
-    } else {
-      io.closes_done();
-    }
     g.lock();
+    if (Request* r = j.r) {
+      // The IO thread has stopped: wake nobody (see the Note).  Read under
+      // mu_, which stop() sets it under.
+      bool wake = !stopping_;
+      g.unlock();
+      r->err = err;
+      if (wake) r->box.try_put(kReady);  // wakes the close_fd caller, if it still waits
+      io.closes_done();                  // see the Note: after the wake-up
+      r->release();                      // our reference
+      g.lock();
+    }
   }
 }
 
 void Closer::stop() noexcept {
+  std::vector<std::thread> done;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (!thread_.joinable()) return;
     stopping_ = true;
+    done.swap(threads_);
   }
-  cv_.notify_one();
-  thread_.join();
-  thread_ = std::thread();
+  cv_.notify_all();
+  for (std::thread& t : done) t.join();
 }
 
 }  // namespace capstan::rts::iomgr

@@ -203,7 +203,7 @@ void io_close_fd_nowait(int fd) noexcept {
   if (!push_fd_message(Op::close_fd_nowait, fd)) ::close(fd);
 }
 
-void io_claim_fd(int fd) noexcept { owned_fds().claim(fd); }
+bool io_claim_fd(int fd) noexcept { return owned_fds().claim(fd); }
 
 void io_release_fd(int fd) noexcept { owned_fds().release(fd); }
 

@@ -18,7 +18,9 @@
 // finish every waiter with `closed`, stop and close the handle, close(2),
 // and only then wake them (Note [Wake last]) - in that order, so no waiter
 // can be woken by a later fd reusing the number, and epoll never holds a
-// closed fd.  uv_poll_init also makes the fd non-blocking (documented in
+// closed fd.  (A lingering socket's close(2) runs on a closing thread
+// after the polling has stopped, and a close_fd caller waits for it there:
+// Note [Closing a lingering socket] in io/closer.hpp.)  uv_poll_init also makes the fd non-blocking (documented in
 // docs/io.md).  Regular files cannot be polled (EPERM) and never block: a
 // wait on one returns at once.
 //
@@ -189,15 +191,19 @@ void IoManager::do_close(Request* r) {
   interrupted_.erase(r->fd);  // the number may be reused from here on
   if (Closer::may_linger(r->fd)) {  // Note [Closing a lingering socket] in io/closer.hpp
     Request* waiter = r->kind == Op::close_fd ? r : nullptr;
-    // The closer's reference.  relaxed: we hold one, so this only counts.
-    if (waiter) waiter->refs.fetch_add(1, std::memory_order_relaxed);
-    parked_.fetch_add(1, std::memory_order_seq_cst);  // until the close is done
+    if (waiter) {
+      // The closer's reference.  relaxed: we hold one, so this only counts.
+      waiter->refs.fetch_add(1, std::memory_order_relaxed);
+      parked_.fetch_add(1, std::memory_order_seq_cst);  // until its close is done
+    }
     if (closer_.close_later(r->fd, waiter)) {
       finish(r, kReady, /*wake=*/false);  // the closer wakes the waiter
       return;
     }
-    parked_.fetch_sub(1, std::memory_order_seq_cst);  // no closing thread: close here
-    if (waiter) waiter->release();
+    if (waiter) {  // no closing thread: close here
+      parked_.fetch_sub(1, std::memory_order_seq_cst);
+      waiter->release();
+    }
   }
   int rc = ::close(r->fd);
   r->err = rc == 0 ? 0 : errno;

@@ -72,6 +72,9 @@
 //     be pushed once the loop is closed: Note [Pushing from any thread].
 //  2. IO thread -> green thread.  The IO thread completes a request exactly
 //     once (Request::done, IO-thread-owned) by try_put on its empty
+//     (a close_fd of a lingering socket is completed so, once, by the
+//     closing thread instead: Note [Closing a lingering socket] in
+//     io/closer.hpp)
 //     mvar<int>; the green thread takes it (the try_put waits for the end
 //     of the libuv callback: Note [Wake last]).  If the put comes first the take
 //     returns at once; if the take comes first the put serves the parked
@@ -95,7 +98,9 @@
 // returns, or hands it to the IO thread with the cancel message when it
 // unwinds; whichever side drops last deletes the request and its mvar.  So
 // a killed thread leaves no dangling pointer in the IO thread, and the IO
-// thread's try_put never touches a destroyed mvar.
+// thread's try_put never touches a destroyed mvar.  A close_fd of a
+// lingering socket has a third owner while a closing thread holds it
+// (Note [Closing a lingering socket] in io/closer.hpp).
 //
 // Note [Wake last]
 // ~~~~~~~~~~~~~~~~
@@ -168,7 +173,9 @@
 // handling them, so after count_parked().  A reader that loads queued_ and
 // then parked_ (all seq_cst) and finds both zero has seen every request
 // that was pushed: if queued_ was already decremented for it, its
-// parked_ increment came before, and only finish() undoes that.
+// parked_ increment came before, and only finish() undoes that (or, for a
+// close_fd of a lingering socket, closes_done() after the waiter's wake-up:
+// Note [Closing a lingering socket] in io/closer.hpp).
 #include "io/io_thread.hpp"
 
 #include <fcntl.h>
@@ -488,8 +495,11 @@ void IoManager::handle(Msg* m) {
 }
 
 // count_parked counts r in parked_ until finish() (r is still ours: any
-// wake-up is queued, not yet flushed).  relaxed: a count for tests, which
-// orders nothing; only the IO thread writes it.
+// wake-up is queued, not yet flushed).  relaxed: the IO thread's own
+// increment, ordered for the deadlock detector by drain()'s seq_cst
+// decrement of queued_ after it (Note [Messages in flight]).  The IO thread
+// and the closing threads write parked_ (Note [Closing a lingering socket]
+// in io/closer.hpp).
 void IoManager::count_parked(Request* r) {
   if (r->done) return;
   r->counted = true;

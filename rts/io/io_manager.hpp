@@ -72,7 +72,7 @@ void io_close_fd_nowait(int fd) noexcept;
 // io_release_fd unmarks it before the socket pushes its close: while it is
 // marked, capstan::close_fd refuses it (Note [Owned fds] in
 // io/owned_fds.hpp).  Any thread; cannot fail.
-void io_claim_fd(int fd) noexcept;
+bool io_claim_fd(int fd) noexcept;  // false: fd was claimed already
 void io_release_fd(int fd) noexcept;
 
 // io_interrupt_fd wakes every green thread waiting on fd with io_error
@@ -95,8 +95,9 @@ void io_start();
 void io_shutdown() noexcept;
 
 // io_parked is the number of sleeps, mvar time-outs and fd waits the IO
-// thread has registered and not yet finished: a test waits on it to know
-// that a thread is parked in the IO manager.
+// thread has registered and not yet finished, and of close_fd calls
+// waiting for a lingering socket's close (io/closer.hpp): a test waits on
+// it to know that a thread is parked in the IO manager.
 std::size_t io_parked() noexcept;
 
 // io_queued is the number of messages pushed to the IO thread and not yet

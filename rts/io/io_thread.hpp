@@ -86,8 +86,9 @@ struct Request {
   Request* next = nullptr;
   FdEntry* entry = nullptr;
 
-  // Written by the IO thread before the try_put, read by the green thread
-  // after its take (ordered by the mvar's lock).
+  // Written by the IO thread (or, for a lingering close, the closing
+  // thread) before the try_put, read by the green thread after its take
+  // (ordered by the mvar's lock).
   int err = 0;
 
   mvar<int> box;  // the one-shot outcome

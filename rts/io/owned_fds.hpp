@@ -10,7 +10,12 @@
 // whatever file the number names by then - another connection's socket on
 // a busy server.  So the sockets mark their fds here from construction
 // until their close is pushed, and close_fd throws usage_error for a
-// marked fd.  The mark is one bit per fd in chunks of 65,536 made on first
+// marked fd, as does adopting a marked fd into a second connection (whose
+// close would release the first owner's mark and close its fd).  The
+// mark goes before the close is pushed, so a number is never reused while
+// marked; the close itself may come later (a lingering close waits its
+// turn on a closing thread), and a close_fd of the number in between is
+// not refused.  The mark is one bit per fd in chunks of 65,536 made on first
 // use and never freed (8 KiB each; fds at or above kMaxTracked, 16 M, are
 // not tracked).  The check is best-effort, for misuse: a close_fd racing
 // with the socket's own close may pass it, so the bits need no ordering
@@ -29,10 +34,12 @@ class OwnedFds {
   static constexpr int kChunks = 256;
   static constexpr long kMaxTracked = long{kChunks} << kChunkBits;
 
-  // claim marks fd as owned by a socket; any thread.
-  void claim(int fd) noexcept {
+  // claim marks fd as owned by a socket: false if it was already (a second
+  // owner); true also when fd is not tracked.  Any thread.
+  bool claim(int fd) noexcept {
     if (std::atomic<std::uint64_t>* w = word(fd, /*make=*/true))
-      w->fetch_or(bit(fd), std::memory_order_relaxed);
+      return !(w->fetch_or(bit(fd), std::memory_order_relaxed) & bit(fd));
+    return true;
   }
   // release unmarks fd, before its owner pushes the close; any thread.
   void release(int fd) noexcept {

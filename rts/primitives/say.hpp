@@ -15,9 +15,15 @@
 // the runtime's remark.  So say() formats into memory, writes with
 // write(2), ignores every error, and blocks SIGPIPE in the calling thread
 // around the write; a SIGPIPE the write raised is consumed (sigtimedwait
-// with a zero time-out) unless one was already pending, as libraries that
-// write to pipes do.  A diagnostic that cannot be written is lost; nothing
-// else changes.
+// with a zero time-out) unless one was pending before.  sigpending cannot
+// tell a thread's pending signals from the process's: if a SIGPIPE sent
+// to the whole process happens to be pending as we start, ours is left
+// pending too, and delivered when the mask is restored.  A diagnostic that
+// cannot be written is lost; nothing else changes.  The one-line reports
+// go through say: the accept back-off's, the hog warning, an uncaught
+// exception in a thread, the stack arena's, shutdown's, the IO manager's
+// internal errors, +RTS -l's.  The thread dump and the +RTS -s summary,
+// written to a FILE (stderr or the caller's), do not.
 #pragma once
 
 #include <fmt/format.h>

@@ -206,10 +206,14 @@ std::uint64_t safe_calls_in_progress(std::string* names) {
 std::string abandoned_reason(const Thread* t, std::int64_t now) {
   std::string on = waits_on(t, now);
   bool unwinding = snap(t->has_eh) && snap(t->eh.uncaught) != 0;
-  if (!on.empty() && unwinding)
-    return fmt::format("blocked while unwinding, on {}", on);
-  if (!on.empty()) return fmt::format("caught thread_killed, then blocked on {}", on);
-  return "caught thread_killed and carried on";
+  if (on.empty())
+    return unwinding ? "still unwinding (running a destructor)" : "caught thread_killed and carried on";
+  if (unwinding) return fmt::format("blocked while unwinding, on {}", on);
+  // A shielded wait (a spark's destructor waiting for a stolen spark) is not
+  // killed: Note [Killing a blocked thread].
+  if (snap(t->wait_tag.what) == detail::waiter::spark)
+    return fmt::format("blocked on {}, a wait shutdown does not interrupt", on);
+  return fmt::format("caught thread_killed, then blocked on {}", on);
 }
 
 // report_abandoned names the threads shutdown abandons, each with why it

@@ -445,7 +445,8 @@ TEST_P(Net, CallsAfterCloseAreEbadfShutdownWriteIncluded) {
 // owner, which closes it again later - by then perhaps another socket's
 // number.  It is refused with usage_error naming the fd and what to call,
 // for connections (accepted, connected, adopted) and listeners alike; the
-// socket still works and closes once.  After the socket's close() the
+// socket still works and closes once.  So is adopting the fd into a second
+// connection (its close would close the first owner's fd).  After the socket's close() the
 // number is free again: a new file given it can be closed with close_fd.
 TEST_P(Net, CloseFdOnASocketsFdIsAUsageError) {
   run([] {
@@ -472,6 +473,16 @@ TEST_P(Net, CloseFdOnASocketsFdIsAUsageError) {
       EXPECT_NE(what.find("call its close()"), std::string::npos) << what;
       EXPECT_NE(::fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed";
     }
+    // A second owner of the same fd is refused as well, and adopts nothing.
+    try {
+      capstan::net::connection second(adopted.fd());
+      ADD_FAILURE() << "a second connection adopted fd " << adopted.fd();
+    } catch (const capstan::usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("already belongs to a capstan::net"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_NE(::fcntl(adopted.fd(), F_GETFD), -1) << "the refused adoption closed the fd";
     c.write_all("x", 1);  // still works
     char b = 0;
     EXPECT_EQ(srv.read(&b, 1), 1u);

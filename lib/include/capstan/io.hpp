@@ -48,6 +48,9 @@ bool wait_writable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
 
 // close_fd wakes every green thread waiting on fd with io_error, then
 // closes it (GHC's closeFdWith).  Close fds others may wait on only so.
+// Throws usage_error for an fd a capstan::net socket owns (call its
+// close()).  Ended by an exception while it waits (a kill, a timeout), it
+// has still closed fd, or will: never retry it.
 void close_fd(int fd);
 
 }  // namespace capstan

@@ -852,3 +852,34 @@ TEST(IoManagerLinger, ADroppedLingeringConnectionFreezesNoSleep) {
   ::close(server);
   ::close(listener);
 }
+
+// Lingering closes do not queue behind one another: two close_fd calls on
+// two lingering sockets (1 s each) end together after about 1 s, not 2 s
+// (one closing thread did them one after the other).
+TEST(IoManagerLinger, TwoLingeringClosesRunSideBySide) {
+  int client[2], server[2], listener[2];
+  for (int i = 0; i < 2; ++i) {
+    lingering_pair(1, &client[i], &server[i], &listener[i]);
+    if (HasFatalFailure()) return;
+  }
+  double both_ms = 0;
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::sleep_for(1ms);  // the IO manager runs
+    capstan::mvar<int> done;
+    auto t0 = clk::now();
+    for (int i = 0; i < 2; ++i)
+      capstan::fork_io([&, i] {
+        capstan::close_fd(client[i]);
+        done.put(1);
+      });
+    done.take();
+    done.take();
+    both_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+  });
+  EXPECT_GT(both_ms, 500.0) << "the closes did not wait for their linger time";
+  EXPECT_LT(both_ms, 1700.0) << "the two lingering closes ran one after the other";
+  for (int i = 0; i < 2; ++i) {
+    ::close(server[i]);
+    ::close(listener[i]);
+  }
+}
