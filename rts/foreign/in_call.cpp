@@ -73,12 +73,30 @@ struct ForeignSlot {
 thread_local ForeignSlot tl_foreign;
 
 // InCallCount counts one in-call in process.incalls for its lifetime.
+//
+// Note [Refused in-calls are not counted]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// run() returns only once the count is 0 (Note [In-calls]), and a refused
+// call used to be counted too, for the instant between its increment and
+// its refusal.  A C library whose callback threads retry a refused call_in
+// (catch the usage_error, try again) kept the count from ever being read as
+// 0: with 4 such threads run() took 1-1.5 s to return, with 8 up to 20 s,
+// with 16 it did not return.  So a caller first reads the flag, and one
+// that finds calls refused is refused uncounted; only one that found them
+// accepted counts itself and reads the flag again (the Dekker step above).
+// Once shutdown has cleared the flag, only callers that read it set just
+// before can still count themselves in: the count drains.
 class InCallCount {
  public:
-  InCallCount() { process.incalls.fetch_add(1, std::memory_order_seq_cst); }
+  InCallCount() {
+    if (!process.accepting_incalls.load(std::memory_order_seq_cst)) return;  // see the Note
+    process.incalls.fetch_add(1, std::memory_order_seq_cst);
+    counted_ = true;
+  }
   InCallCount(const InCallCount&) = delete;
   InCallCount& operator=(const InCallCount&) = delete;
   ~InCallCount() {
+    if (!counted_) return;
     // Still counted, so the Runtime (if accepted) is alive.
     if (accepted_ && rt.shutting_down.load(std::memory_order_acquire) && rt.shutdown_events)
       rt.shutdown_events->notify();
@@ -94,11 +112,12 @@ class InCallCount {
   }
   // accept: the runtime takes the call (false: refused).
   bool accept() {
-    accepted_ = process.accepting_incalls.load(std::memory_order_seq_cst);
+    accepted_ = counted_ && process.accepting_incalls.load(std::memory_order_seq_cst);
     return accepted_;
   }
 
  private:
+  bool counted_ = false;
   bool accepted_ = false;
 };
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -186,6 +187,38 @@ TEST_F(InCallShutdown, BlockedInCallIsKilledLaterOnesRefused) {
   EXPECT_EQ(killed.load(), 1);
   EXPECT_EQ(refused.load(), 1);
   EXPECT_EQ(other.load(), 0);
+}
+
+// Note [Refused in-calls are not counted]: foreign threads that retry a
+// refused call_in in a loop (a C library's callback threads catching the
+// usage_error) must not keep run() from returning.  They were counted for
+// an instant per refusal, and with 16 of them on 2 cores run() never read
+// the count as 0.  Now run() returns as it would with no caller at all;
+// the bound is generous (a quiet machine takes milliseconds).
+TEST_F(InCallShutdown, CallersRetryingRefusedCallsDoNotHoldRunOpen) {
+  constexpr int kCallers = 16;
+  std::atomic<bool> quit{false};
+  std::atomic<long> refused{0}, ran{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i)
+    callers.emplace_back([&] {
+      while (!quit.load()) {
+        try {
+          call_in([&] { ran.fetch_add(1); });
+        } catch (const usage_error&) {
+          refused.fetch_add(1);
+        } catch (...) {
+        }
+      }
+    });
+  while (refused.load() < 1000) std::this_thread::yield();  // they are retrying
+  auto t0 = std::chrono::steady_clock::now();
+  run(capstan_test::opts(1), [] {});
+  auto took = std::chrono::steady_clock::now() - t0;
+  quit = true;
+  for (auto& t : callers) t.join();
+  EXPECT_LT(took, std::chrono::seconds(5)) << "run() was held open by refused callers";
+  EXPECT_GT(refused.load(), 1000);
 }
 
 CAPSTAN_INSTANTIATE_CAPS(InCall);
