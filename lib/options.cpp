@@ -70,9 +70,10 @@ constexpr const char* kAccepted =
 
 void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
-  if (f[0] != '-' || f[1] == '\0') {
+  if (f[0] != '-')
     bad(flag, where, std::string("RTS flags start with '-'; accepted: ") + kAccepted);
-  }
+  if (f[1] == '\0')
+    bad(flag, where, std::string("a lone '-' names no flag; accepted: ") + kAccepted);
   if (flag == "-?" || flag == "--help")
     bad(flag, where, std::string("asks for the flag summary; accepted: ") + kAccepted);
   const char* arg = f + 2;

@@ -125,6 +125,7 @@ TEST_F(Options, MalformedFlagsNameTheFlagAndTheAcceptedForm) {
   expect_error({"p", "+RTS", "--warn-hog=-5"}, "--warn-hog=-5", "0 <= ms <= 3600000");
   expect_error({"p", "+RTS", "--dump-on-sigquit=1"}, "--dump-on-sigquit=1", "--dump-on-sigquit");
   expect_error({"p", "+RTS", "N2"}, "N2", "start with '-'");
+  expect_error({"p", "+RTS", "-"}, "-", "a lone '-' names no flag");
   // Only plain decimal numbers: no sign, space or other base.
   expect_error({"p", "+RTS", "-N 2"}, "-N 2", "-N<n>");
   expect_error({"p", "+RTS", "-N+2"}, "-N+2", "-N<n>");
