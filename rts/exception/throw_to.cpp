@@ -109,6 +109,8 @@ mask_state set_mask(mask_state s) {
   return prev;
 }
 
+bool green_thread_here() noexcept { return rts::green_task() != nullptr; }
+
 mask_state raise_mask(mask_state at_least) {
   Thread* cur = current("capstan::mask");
   auto prev = static_cast<mask_state>(cur->mask);

@@ -74,7 +74,9 @@ namespace {
 // a thread that may be killed leaves the queue and meets thread_killed
 // instead of parking.  m is locked, with w enqueued.
 void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
-  if (cur->is_main || std::uncaught_exceptions() != 0) return;
+  // Note [Shutdown and uninterruptible_mask] in schedule/yield.cpp.
+  if (cur->is_main || std::uncaught_exceptions() != 0 || cur->mask == rts::Mask::uninterruptible)
+    return;
   wake_list regranted;  // Note [Leaving the shared_mutex queue]
   leave_queue(m, w, regranted);
   m.unlock();

@@ -38,7 +38,23 @@ namespace capstan::rts {
 // While the thread is unwinding (uncaught_exceptions() > 0) nothing is
 // thrown - throwing from a destructor would terminate() - and its blocking
 // calls park as usual (the killer leaves such a waiter alone: Note
-// [Killing a blocked thread]); it is still abandoned after stop.
+// [Killing a blocked thread]); it is still abandoned after stop.  The same
+// holds while it runs under uninterruptible_mask.
+//
+// Note [Shutdown and uninterruptible_mask]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Shutdown's kill ignores mask (a thread that masks and blocks would
+// otherwise hold shutdown for the grace period) but not
+// uninterruptible_mask, which a program uses exactly where an exception
+// cannot be taken: the runtime's own cancellation in ~async and cancel()
+// (implicitly noexcept: thread_killed out of it was std::terminate when
+// shutdown began while an async scope waited for its child), a barrier's
+// completion function.  Such a thread is treated as one unwinding: its
+// checkpoints throw nothing, and the killer leaves its waits alone - the
+// child it waits for is being killed too, and wakes it as it finishes;
+// if nothing can wake it, it is abandoned as a thread blocked while
+// unwinding is (Note [Blocked while unwinding] in shutdown/shutdown.cpp).
+// It meets thread_killed at its first checkpoint once it unmasks.
 namespace {
 
 [[noreturn]] void abandon_current(Thread* t) {
@@ -56,6 +72,7 @@ void check_killed(Thread* t) {
   if (!rt.shutting_down.load(std::memory_order_acquire) || t->is_main) return;
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
   if (std::uncaught_exceptions() != 0) return;
+  if (t->mask == Mask::uninterruptible) return;  // Note [Shutdown and uninterruptible_mask]
   Task* task = my_task();
   Capability* cap = task->cap;
   Thread* next = pick(cap);

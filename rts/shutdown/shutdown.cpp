@@ -92,7 +92,10 @@ bool request_kill(Thread* t, unsigned* killed) noexcept {
   // uncaught-exception count was saved with it when it switched out.
   // Nor is a shielded wait (a spark's destructor waiting for the spark:
   // Note [Completing a stolen spark] in sparks/sparks.cpp); its waker runs.
-  bool killable = !(t->has_eh && t->eh.uncaught != 0) && !w->shielded;
+  // Nor one under uninterruptible_mask: Note [Shutdown and
+  // uninterruptible_mask] in schedule/yield.cpp.
+  bool killable = !(t->has_eh && t->eh.uncaught != 0) && !w->shielded &&
+                  t->mask != Mask::uninterruptible;
   detail::wake_list regranted;  // Note [Leaving the shared_mutex queue]
   if (killable) {
     detail::leave_queue(*m, *w, regranted);
@@ -206,9 +209,14 @@ std::uint64_t safe_calls_in_progress(std::string* names) {
 std::string abandoned_reason(const Thread* t, std::int64_t now) {
   std::string on = waits_on(t, now);
   bool unwinding = snap(t->has_eh) && snap(t->eh.uncaught) != 0;
-  if (on.empty())
-    return unwinding ? "still unwinding (running a destructor)" : "caught thread_killed and carried on";
+  bool uninterruptible = snap(t->mask) == Mask::uninterruptible;
+  if (on.empty()) {
+    if (unwinding) return "still unwinding (running a destructor)";
+    if (uninterruptible) return "still running under uninterruptible_mask";
+    return "caught thread_killed and carried on";
+  }
   if (unwinding) return fmt::format("blocked while unwinding, on {}", on);
+  if (uninterruptible) return fmt::format("blocked under uninterruptible_mask, on {}", on);
   // A shielded wait (a spark's destructor waiting for a stolen spark) is not
   // killed: Note [Killing a blocked thread].
   if (snap(t->wait_tag.what) == detail::waiter::spark)
@@ -237,8 +245,9 @@ void report_abandoned(bool stuck) {
     c->all_lock.unlock();
   }
   if (n && stuck)
-    say("capstan: {} thread(s) blocked while unwinding at shutdown, and nothing can wake them; "
-        "abandoned without unwinding:{}{}\n",
+    say("capstan: {} thread(s) blocked at shutdown where thread_killed cannot be raised (while "
+        "unwinding, or under uninterruptible_mask), and nothing can wake them; abandoned without "
+        "unwinding:{}{}\n",
         n, names, n > 10 ? " ..." : "");
   else if (n)
     say("capstan: {} thread(s) did not finish within {}s of shutdown's last progress; abandoned "

@@ -437,3 +437,42 @@ TEST_P(Async, MapConcurrentlyExceptionCancelsTheRest) {
 }  // namespace
 
 CAPSTAN_INSTANTIATE_CAPS(Async);
+
+namespace {
+
+// Note [Shutdown and uninterruptible_mask]: shutdown begins while ~async
+// waits for its child (which takes 20 ms to unwind).  The wait is under
+// uninterruptible_mask, and shutdown's kill used to ignore that: it threw
+// thread_killed out of the implicitly noexcept destructor, and the process
+// died in std::terminate.  Now shutdown leaves the wait alone, kills the
+// child, and the destructor returns once the child has finished.
+TEST_P(Async, ShutdownWhileAScopeWaitsForItsChildDoesNotTerminate) {
+  std::atomic<bool> child_unwound{false}, scope_left{false};
+  std::atomic<bool> in_destructor{false};
+  run([&] {
+    capstan::fork_io([&] {
+      {
+        capstan::async a([&] {
+          struct slow_cleanup {
+            std::atomic<bool>* done;
+            ~slow_cleanup() {
+              capstan::sleep_for(20ms);
+              *done = true;
+            }
+          } c{&child_unwound};
+          capstan::sleep_for(std::chrono::hours(1));
+        });
+        capstan::sleep_for(2ms);
+        in_destructor = true;
+      }  // ~async: kills the child, waits ~20 ms for it
+      scope_left = true;
+    });
+    ASSERT_TRUE(green_wait_until([&] { return in_destructor.load(); }));
+    capstan::sleep_for(5ms);  // shutdown begins while ~async waits
+  });
+  EXPECT_TRUE(child_unwound.load());
+  EXPECT_TRUE(scope_left.load()) << "the scope's thread did not leave ~async";
+  EXPECT_EQ(capstan::statistics().threads_abandoned, 0u);
+}
+
+}  // namespace

@@ -235,6 +235,92 @@ TEST_P(CondVar, AKilledWaiterUnwindsHoldingTheMutex) {
   });
 }
 
+// Note [No lost notify]: a waiter served by notify_one and killed before it
+// runs (the kill arrives just after the notify) passes the notification
+// on: the other waiter takes the item.  The kill was raised in the killed
+// waiter with the mutex held, and the notification died with it: the
+// second consumer slept for ever with the item queued.
+TEST_P(CondVar, ANotifiedWaiterKilledBeforeItRunsPassesTheNotifyOn) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    int items = 0;
+    capstan::mvar<int> consumed_by;
+    std::atomic<int> killed_in_wait{0};
+    auto consumer = [&](int who) {
+      std::unique_lock<capstan::mutex> lk(m);
+      try {
+        cv.wait(lk, [&] { return items > 0; });
+      } catch (const capstan::thread_killed&) {
+        EXPECT_TRUE(lk.owns_lock());
+        killed_in_wait.fetch_add(1);
+        throw;
+      }
+      --items;
+      lk.unlock();
+      consumed_by.put(who);
+    };
+    capstan::thread_id c1 = capstan::fork_io([&] { consumer(1); });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(c1) == capstan::thread_state::blocked; }));
+    capstan::thread_id c2 = capstan::fork_io([&] { consumer(2); });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(c2) == capstan::thread_state::blocked; }));
+    {
+      std::lock_guard<capstan::mutex> g(m);
+      ++items;
+    }
+    cv.notify_one();         // serves c1, the oldest
+    capstan::kill_thread(c1);  // before c1 has run
+    auto who = consumed_by.take_for(std::chrono::seconds(5));
+    ASSERT_TRUE(who.has_value()) << "the notify was lost with the killed waiter";
+    // c1 either took the item before the kill could land (it passes a safe
+    // point only after) or was killed in its wait and passed the notify to c2.
+    if (*who == 2) {
+      EXPECT_EQ(killed_in_wait.load(), 1);
+    }
+    EXPECT_EQ(items, 0);
+    capstan::kill_thread(c2);
+  });
+}
+
+// Note [Relocking after a wait]: a thread holding the mutex kills a waiter
+// that has been notified and is re-taking the mutex.  The re-take was
+// uninterruptible, and kill_thread returns only once the kill has landed:
+// each waited for the other for ever.  Now the kill lands; the waiter
+// takes the mutex as it unwinds, once the killer lets go.
+TEST_P(CondVar, KillingANotifiedWaiterWhileHoldingTheMutexReturns) {
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable cv;
+    bool stop = false;
+    std::atomic<bool> owned_in_catch{false};
+    capstan::mvar<int> ended;
+    capstan::thread_id w = capstan::fork_io([&] {
+      try {
+        std::unique_lock<capstan::mutex> lk(m);
+        try {
+          while (!stop) cv.wait(lk);
+        } catch (const capstan::thread_killed&) {
+          owned_in_catch = lk.owns_lock();
+          throw;
+        }
+      } catch (const capstan::thread_killed&) {
+        ended.put(1);
+        throw;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(w) == capstan::thread_state::blocked; }));
+    {
+      std::lock_guard<capstan::mutex> g(m);
+      stop = true;
+      cv.notify_all();
+      capstan::sleep_for(std::chrono::milliseconds(2));  // w runs and blocks on m
+      capstan::kill_thread(w);  // returned: the kill landed
+    }
+    EXPECT_TRUE(ended.take_for(std::chrono::seconds(5)).has_value());
+    EXPECT_TRUE(owned_in_catch.load());
+  });
+}
+
 // notify from a plain OS thread wakes a green waiter.
 TEST_P(CondVar, AnOsThreadMayNotify) {
   run([&] {

@@ -171,6 +171,44 @@ TEST_P(Sync, LatchArriveAndWaitMeetsEveryone) {
 
 // ---- barrier ----
 
+// Note [Completing a phase]: a kill that reaches the completion function
+// (here at its sleep) waits until the phase is complete - the completion
+// must not throw, and it terminated the process - and is raised in the last
+// arriver once the phase's waiters have been released.
+TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
+  run([&] {
+    std::atomic<int> completions{0};
+    auto on_done = [&]() noexcept {
+      capstan::sleep_for(std::chrono::milliseconds(20));
+      completions.fetch_add(1);
+    };
+    capstan::barrier<decltype(on_done)> b(2, on_done);
+    capstan::mvar<int> waiter_done, last_killed;
+    capstan::fork_io([&] {
+      b.arrive_and_wait();
+      waiter_done.put(1);
+    });
+    std::atomic<bool> arriving{false};
+    capstan::thread_id last = capstan::fork_io([&] {
+      try {
+        arriving = true;
+        b.arrive_and_wait();  // the last arrival: runs the completion
+        last_killed.put(0);
+      } catch (const capstan::thread_killed&) {
+        last_killed.put(completions.load());
+        throw;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return arriving.load(); }));
+    capstan::sleep_for(std::chrono::milliseconds(5));  // inside the completion
+    capstan::kill_thread(last);
+    EXPECT_EQ(waiter_done.take(), 1) << "the phase's waiter was not released";
+    EXPECT_EQ(last_killed.take(), 1) << "the kill was not raised after the completion";
+    EXPECT_EQ(completions.load(), 1);
+  });
+}
+
+
 // Phases: nobody leaves phase p before everyone arrived in it, and the
 // completion runs exactly once per phase, before anyone is released.
 TEST_P(Sync, BarrierPhasesAndCompletion) {

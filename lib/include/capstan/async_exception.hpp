@@ -30,6 +30,7 @@ const std::exception_ptr& thread_killed_ptr();
 mask_state set_mask(mask_state s);  // returns the previous state
 mask_state raise_mask(mask_state at_least);  // masks at least this much; returns the previous
 void check_unmasked();  // raises a pending exception if the mask now allows it
+bool green_thread_here() noexcept;  // is the caller a green thread (one that has a mask)?
 
 // mask_guard holds a mask state for a scope and puts the previous one back.
 class mask_guard {

@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
+#include "capstan/async_exception.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
 
@@ -84,6 +86,13 @@ class barrier {
   // phase's waiters.  In between, pending_ is zero, so a further arrival -
   // which std makes undefined - gets usage_error, and a waiter of the
   // phase still sees the old phase_ and queues: the serve finds it.
+  // On a green thread the completion and the phase's advance run under
+  // uninterruptible_mask: the completion must not throw (std), so a
+  // kill_thread or shutdown's kill reaching one of its safe points was
+  // std::terminate, and an exception between the completion and the serve
+  // would strand the phase's waiters.  A pending exception is raised once
+  // the phase is complete (Note [Shutdown and uninterruptible_mask] in
+  // rts/schedule/yield.cpp for shutdown's side).
   std::uint64_t arrive_n(std::ptrdiff_t n, std::ptrdiff_t drop) {
     core_.lock();
     if (n <= 0 || n > pending_) {
@@ -98,7 +107,9 @@ class barrier {
       return phase;
     }
     core_.unlock();
-    completion_();  // See Note [Completing a phase]
+    std::optional<detail::mask_guard> g;  // See Note [Completing a phase]
+    if (detail::green_thread_here()) g.emplace(mask_state::masked_uninterruptible);
+    completion_();
     detail::wake_list woken;
     core_.lock();
     ++phase_;
@@ -106,6 +117,7 @@ class barrier {
     while (detail::waiter* w = core_.front()) woken.add(core_.serve(*w));
     core_.unlock();
     woken.wake_all();
+    if (g) g->leave();  // a pending exception, now that the phase is complete
     return phase;
   }
 

@@ -63,41 +63,63 @@ class cv_queue {
   // variable (condition_variable_any states it).
   // A waiter ended otherwise (time-out, throw_to, shutdown) was dequeued
   // by that party under core_'s lock, so a notify racing with it serves
-  // another waiter instead: exactly one wake-up per notify_one.
+  // another waiter instead: exactly one wake-up per notify_one.  And a
+  // waiter that was served but then ends with an exception - one that
+  // arrived after the notify, raised while it re-takes lk or right after -
+  // passes the notification on to the next waiter before the exception
+  // leaves wait (notify_one), so no notify is lost to a kill (Java's rule
+  // for an interrupted wait).  It does so under either notify: after a
+  // notify_all the waiters it could wake are ones that queued later, woken
+  // once for a notify they did not see; a wait may return so only when
+  // another waiter was killed, and callers re-check their condition.
   //
   // Note [Relocking after a wait]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // wait returns holding lk, as std requires, however it ends.  After a
-  // normal wake-up lk is re-taken under uninterruptible_mask, so an
-  // asynchronous exception cannot leave it not held; one that arrived
-  // meanwhile is raised right after, with lk held.  When the park itself
-  // throws (throw_to, shutdown), lk is re-taken while that exception
-  // unwinds (relock's destructor): the runtime raises nothing into a thread
-  // that is unwinding, so that lock cannot throw.
+  // wake-up lk is re-taken under mask (at least masked_interruptible): if
+  // it is free, nothing is raised; if the lock blocks, the block is
+  // interruptible, as every capstan blocking call under mask is.  An
+  // uninterruptible relock made a killer that holds lk and calls
+  // kill_thread (which returns only once the kill has landed) wait for ever
+  // for a thread that waited for lk.  An exception raised in the relock,
+  // or pending and raised once lk is held, leaves wait with lk held:
+  // relock's destructor re-takes lk while the exception unwinds, and the
+  // runtime raises nothing into a thread that is unwinding, so that lock
+  // cannot throw (and the killer, having returned, lets go of lk).  When
+  // the park itself throws (throw_to, shutdown), lk is re-taken the same
+  // way.
   //
   // wait: release lk, park until served or ns have passed (ns < 0: no
   // limit), take lk again; true if served.
   template <class Lock>
   bool wait(Lock& lk, long long ns) {
     waiter w(waiter::condition_variable);
-    bool served;
-    {
-      struct relock {
-        Lock& lk;
-        bool released = false;
-        ~relock() {
-          if (released) lk.lock();  // unwinding: see Note [Relocking after a wait]
-        }
-      } guard{lk};
-      core_.lock();
-      core_.enqueue(w);
-      lk.unlock();  // Note [No lost notify]: after the enqueue
-      guard.released = true;
-      served = ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
-      mask_guard g(mask_state::masked_uninterruptible);
-      lk.lock();
-      guard.released = false;
+    bool served = false;
+    struct relock {
+      cv_queue& q;
+      Lock& lk;
+      const bool& served;
+      bool released = false;
+      ~relock() {
+        if (!released) return;
+        // Unwinding: see Notes [No lost notify], [Relocking after a wait].
+        if (served) q.notify_one();
+        lk.lock();
+      }
+    } guard{*this, lk, served};
+    core_.lock();
+    core_.enqueue(w);
+    lk.unlock();  // Note [No lost notify]: after the enqueue
+    guard.released = true;
+    served = ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
+    mask_guard g(mask_state::masked_interruptible);
+    lk.lock();  // interruptible if it blocks: Note [Relocking after a wait]
+    guard.released = false;
+    try {
       g.leave();  // raises a pending exception, holding lk
+    } catch (...) {
+      if (served) notify_one();  // Note [No lost notify]
+      throw;
     }
     return served;
   }
