@@ -98,20 +98,18 @@ class cv_queue {
     struct relock {
       cv_queue& q;
       Lock& lk;
-      const bool& served;
       bool released = false;
+      bool served = false;
       ~relock() {
-        if (!released) return;
-        // Unwinding: see Notes [No lost notify], [Relocking after a wait].
-        if (served) q.notify_one();
-        lk.lock();
+        if (released) [[unlikely]] unwind_relock(q, lk, served);
       }
-    } guard{*this, lk, served};
+    } guard{*this, lk};
     core_.lock();
     core_.enqueue(w);
     lk.unlock();  // Note [No lost notify]: after the enqueue
     guard.released = true;
     served = ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
+    guard.served = served;
     mask_guard g(mask_state::masked_interruptible);
     lk.lock();  // interruptible if it blocks: Note [Relocking after a wait]
     guard.released = false;
@@ -125,6 +123,16 @@ class cv_queue {
   }
 
  private:
+  // unwind_relock: wait is ending with an exception; pass a notification it
+  // was served on, and take lk again.  Out of line and cold: the hot path
+  // of a wait pays nothing for it.
+  template <class Lock>
+  [[gnu::noinline, gnu::cold]] static void unwind_relock(cv_queue& q, Lock& lk, bool served) {
+    // See Notes [No lost notify], [Relocking after a wait].
+    if (served) q.notify_one();
+    lk.lock();
+  }
+
   mvar_core core_;  // the queue of waiters
 };
 
