@@ -68,9 +68,9 @@ const char* what_name(std::uint8_t what) noexcept {
     case W::condition_variable: return "condition_variable wait";
     case W::semaphore: return "semaphore acquire";
     case W::latch: return "latch wait";
-    case W::barrier: return "barrier arrive_and_wait";
+    case W::barrier: return "barrier wait";  // arrive_and_wait or wait(token)
     case W::wait_group: return "wait_group wait";
-    case W::future: return "future get";
+    case W::future: return "future get or wait";
     case W::throw_to: return "throw_to, until its exception lands in the target,";
     case W::runtime_event: return "runtime event";
     case W::spark: return "spark get";
@@ -206,6 +206,8 @@ std::string waits_on(const Thread* t, std::int64_t now) {
   const void* core = snap(t->blocked_on);
   if (what == detail::waiter::mvar)
     return fmt::format("mvar {} {}", op_name(snap(t->wait_tag.op)), fmt::ptr(core));
+  if (what == detail::waiter::shared_mutex && snap(t->wait_tag.op) == detail::waiter::read)
+    return fmt::format("shared_mutex lock_shared {}", fmt::ptr(core));  // a shared waiter
   return fmt::format("{} {}", what_name(what), fmt::ptr(core));
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -127,6 +128,27 @@ TEST_P(Dump, NamesEveryThreadAndWhatItWaitsOn) {
     EXPECT_NE(after.find(": 1 live green thread\n"), std::string::npos) << after;
     ::close(fds[0]);
     ::close(fds[1]);
+  });
+}
+
+// A shared_mutex's shared waiter is named for lock_shared, an exclusive
+// one for lock (both read "shared_mutex lock" before).
+TEST_P(Dump, NamesSharedAndExclusiveWaitsOfASharedMutex) {
+  run([&] {
+    capstan::shared_mutex sm;
+    sm.lock();
+    auto reader = capstan::fork_io([&] { std::shared_lock<capstan::shared_mutex> g(sm); });
+    auto writer = capstan::fork_io([&] { std::lock_guard<capstan::shared_mutex> g(sm); });
+    ASSERT_TRUE(capstan_test::green_wait_until([&] { return blocked(reader) && blocked(writer); }));
+    std::string dump = dump_to_string();
+    SCOPED_TRACE(dump);
+    EXPECT_NE(line_of(dump, reader).find("blocked on shared_mutex lock_shared 0x"), std::string::npos);
+    EXPECT_NE(line_of(dump, writer).find("blocked on shared_mutex lock 0x"), std::string::npos);
+    sm.unlock();
+    for (auto t : {reader, writer})
+      ASSERT_TRUE(capstan_test::green_wait_until([&] {
+        return capstan::state_of(t) == capstan::thread_state::finished;
+      }));
   });
 }
 
