@@ -419,10 +419,8 @@ int raw_connect(std::uint16_t port) {
 TEST_P(Net, CallsAfterCloseAreEbadfShutdownWriteIncluded) {
   run([] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
-    capstan::mvar<capstan::net::connection> server_side;
-    capstan::fork_io([&] { server_side.put(l.accept()); });
-    auto c = capstan::net::connect("127.0.0.1", l.port());
-    auto srv = server_side.take();
+    Pair p = connected_pair(l);
+    auto& c = p.client;
     c.close();
     char b;
     auto expect_ebadf = [](const char* call, auto&& f) {
@@ -446,15 +444,15 @@ TEST_P(Net, CallsAfterCloseAreEbadfShutdownWriteIncluded) {
 // number.  It is refused with usage_error naming the fd and what to call,
 // for connections (accepted, connected, adopted) and listeners alike; the
 // socket still works and closes once.  So is adopting the fd into a second
-// connection (its close would close the first owner's fd).  After the socket's close() the
-// number is free again: a new file given it can be closed with close_fd.
+// connection (its close would close the first owner's fd).  After the
+// socket's close() the number is free again: a new file given it can be
+// closed with close_fd.
 TEST_P(Net, CloseFdOnASocketsFdIsAUsageError) {
   run([] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
-    capstan::mvar<capstan::net::connection> server_side;
-    capstan::fork_io([&] { server_side.put(l.accept()); });
-    auto c = capstan::net::connect("127.0.0.1", l.port());
-    auto srv = server_side.take();
+    Pair p = connected_pair(l);
+    auto& c = p.client;
+    auto& srv = p.server;
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     capstan::net::connection adopted(sv[0]);
