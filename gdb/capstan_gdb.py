@@ -125,8 +125,8 @@ def _enum_name(v):
 # detail::waiter::what_t and kind_t (capstan/detail/mvar_core.hpp), named as
 # the thread dump names them.
 WAIT_WHAT = ["mvar", "chan read", "mutex lock", "shared_mutex lock", "condition_variable wait",
-             "semaphore acquire", "latch wait", "barrier arrive_and_wait", "wait_group wait",
-             "future get", "throw_to", "runtime event", "spark get"]
+             "semaphore acquire", "latch wait", "barrier wait", "wait_group wait",
+             "future get or wait", "throw_to", "runtime event", "spark get"]
 WAIT_OP = {0: "take", 1: "read", 2: "put"}
 
 
@@ -296,6 +296,8 @@ class View:
             what = WAIT_WHAT[what] if what < len(WAIT_WHAT) else "blocking primitive"
             if what == "mvar":
                 what += " " + WAIT_OP.get(int(tag["op"]), "op")
+            elif what == "shared_mutex lock" and int(tag["op"]) == 1:  # a shared waiter
+                what = "shared_mutex lock_shared"
             text = what
         text += " (mvar_core %#x" % core
         if core:

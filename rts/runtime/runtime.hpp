@@ -67,6 +67,10 @@ struct Runtime {
 
   std::atomic<bool> shutting_down{false};        // [atomic] Note [Shutdown]
   std::atomic<bool> stop{false};                 // [atomic] schedulers exit
+  // [atomic] shutdown's grace period is over and it waits only for safe
+  // calls: a thread it could not kill is abandoned at its next checkpoint
+  // (Note [Shutdown and uninterruptible_mask] in schedule/yield.cpp).
+  std::atomic<bool> grace_over{false};
   std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Wait locks] in schedule/raise.cpp
   std::atomic<bool> wait_locks_on{false};        // [atomic] the protocol of Note [Wait locks] is done
   std::atomic<unsigned> n_idle{0};               // [atomic] capabilities in idle()

@@ -54,7 +54,15 @@ namespace capstan::rts {
 // child it waits for is being killed too, and wakes it as it finishes;
 // if nothing can wake it, it is abandoned as a thread blocked while
 // unwinding is (Note [Blocked while unwinding] in shutdown/shutdown.cpp).
-// It meets thread_killed at its first checkpoint once it unmasks.
+// It meets thread_killed at its first checkpoint once it unmasks.  One
+// that runs on instead is bounded by the grace period like a thread that
+// swallows thread_killed - except in a loop of safe calls, which shutdown
+// waits for and never abandons: so once the grace period is over and
+// shutdown waits only for safe calls (rt.grace_over), such a thread - or
+// one unwinding - is abandoned at its next checkpoint, the entry to its
+// next safe call among them.  Threads forked under uninterruptible_mask
+// inherit it: at shutdown they are not unwound, but abandoned, after up
+// to the grace period, unless they unmask or finish.
 namespace {
 
 [[noreturn]] void abandon_current(Thread* t) {
@@ -71,8 +79,11 @@ namespace {
 void check_killed(Thread* t) {
   if (!rt.shutting_down.load(std::memory_order_acquire) || t->is_main) return;
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
-  if (std::uncaught_exceptions() != 0) return;
-  if (t->mask == Mask::uninterruptible) return;  // Note [Shutdown and uninterruptible_mask]
+  const bool unkillable = std::uncaught_exceptions() != 0 || t->mask == Mask::uninterruptible;
+  if (unkillable) {  // Note [Shutdown and uninterruptible_mask]
+    if (rt.grace_over.load(std::memory_order_acquire)) abandon_current(t);
+    return;
+  }
   Task* task = my_task();
   Capability* cap = task->cap;
   Thread* next = pick(cap);

@@ -321,6 +321,7 @@ void shutdown_protocol() {
       // waits for the calls to return (each thread then meets thread_killed
       // and unwinds).  Everyone else is abandoned.  Note [Shutdown].
       std::string names;
+      rt.grace_over.store(true, std::memory_order_release);  // Note [Shutdown and uninterruptible_mask]
       std::uint64_t calls = safe_calls_in_progress(&names);
       if (calls == 0) {
         report_abandoned(/*stuck=*/false);

@@ -173,8 +173,9 @@ TEST_P(Sync, LatchArriveAndWaitMeetsEveryone) {
 
 // Note [Completing a phase]: a kill that reaches the completion function
 // (here at its sleep) waits until the phase is complete - the completion
-// must not throw, and it terminated the process - and is raised in the last
-// arriver once the phase's waiters have been released.
+// must not throw, and it terminated the process - and stays pending for
+// the last arriver's next yield or blocking call, after the phase's
+// waiters have been released.
 TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
   run([&] {
     std::atomic<int> completions{0};
@@ -193,6 +194,7 @@ TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
       try {
         arriving = true;
         b.arrive_and_wait();  // the last arrival: runs the completion
+        capstan::yield();     // the pending kill is raised here
         last_killed.put(0);
       } catch (const capstan::thread_killed&) {
         last_killed.put(completions.load());
@@ -203,7 +205,7 @@ TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
     capstan::sleep_for(std::chrono::milliseconds(5));  // inside the completion
     capstan::kill_thread(last);
     EXPECT_EQ(waiter_done.take(), 1) << "the phase's waiter was not released";
-    EXPECT_EQ(last_killed.take(), 1) << "the kill was not raised after the completion";
+    EXPECT_EQ(last_killed.take(), 1) << "the kill was not raised after the completion, at the yield";
     EXPECT_EQ(completions.load(), 1);
   });
 }

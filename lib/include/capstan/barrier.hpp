@@ -90,9 +90,11 @@ class barrier {
   // uninterruptible_mask: the completion must not throw (std), so a
   // kill_thread or shutdown's kill reaching one of its safe points was
   // std::terminate, and an exception between the completion and the serve
-  // would strand the phase's waiters.  A pending exception is raised once
-  // the phase is complete (Note [Shutdown and uninterruptible_mask] in
-  // rts/schedule/yield.cpp for shutdown's side).
+  // would strand the phase's waiters.  A pending exception stays pending
+  // after the phase is complete, for the thread's next blocking call or
+  // yield: arrive and arrive_and_drop are not safe points (a destructor
+  // may arrive), so they raise nothing themselves.  (Note [Shutdown and
+  // uninterruptible_mask] in rts/schedule/yield.cpp for shutdown's side.)
   std::uint64_t arrive_n(std::ptrdiff_t n, std::ptrdiff_t drop) {
     core_.lock();
     if (n <= 0 || n > pending_) {
@@ -117,8 +119,7 @@ class barrier {
     while (detail::waiter* w = core_.front()) woken.add(core_.serve(*w));
     core_.unlock();
     woken.wake_all();
-    if (g) g->leave();  // a pending exception, now that the phase is complete
-    return phase;
+    return phase;  // g restores the mask without raising: see the Note
   }
 
   void wait_phase(std::uint64_t phase) const {

@@ -142,7 +142,10 @@ class cv_queue {
 // releasing the mutex while parked and holding it again on return - also
 // when the wait ends with an exception.  Waiters are woken in FIFO order.
 // There are no spurious wake-ups: a wait returns only when notified, timed
-// out, or ended by an exception.  notify_one/notify_all work from any
+// out, or ended by an exception (a notification passed on by a waiter that
+// was killed after its notify counts as one: Note [No lost notify]).  The
+// condition variable must outlive the return from wait of every waiter it
+// has notified.  notify_one/notify_all work from any
 // thread, with or without the mutex held.
 class condition_variable {
  public:

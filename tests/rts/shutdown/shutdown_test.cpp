@@ -391,3 +391,33 @@ TEST_F(ShutdownPolicy, UnwindingThatKeepsFinishingOutlastsTheGracePeriod) {
 }
 
 }  // namespace
+
+namespace {
+
+// Note [Shutdown and uninterruptible_mask] (rts/schedule/yield.cpp): a
+// thread that loops on safe calls under uninterruptible_mask is never
+// killed, and shutdown never abandons a thread inside a safe call, so it
+// waited for ever.  Once the grace period is over it is abandoned at its
+// next safe call's entry, and run() returns.
+TEST_F(ShutdownPolicy, ALoopOfSafeCallsUnderUninterruptibleMaskIsAbandoned) {
+  expect_abandoned(1);
+  std::atomic<bool> looping{false};
+  testing::internal::CaptureStderr();
+  run(capstan_test::opts(2), [&] {
+    auto t = capstan::fork_io([&] {
+      capstan::uninterruptible_mask([&] {
+        for (;;) {
+          looping = true;
+          capstan::safe_call([] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+        }
+      });
+    });
+    capstan::label_thread(t, "poller");
+    while (!looping) capstan::yield();
+  });
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("poller"), std::string::npos) << err;
+  EXPECT_EQ(capstan::statistics().threads_abandoned, 1u) << err;
+}
+
+}  // namespace
