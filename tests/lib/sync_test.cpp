@@ -171,6 +171,46 @@ TEST_P(Sync, LatchArriveAndWaitMeetsEveryone) {
 
 // ---- barrier ----
 
+// Note [Completing a phase]: the last arrival made from a destructor at an
+// ordinary scope exit (arrive_and_drop in a guard), with a kill reaching
+// the completion function.  arrive_n raised the pending kill itself once
+// the phase was complete - out of the noexcept destructor: std::terminate.
+// Now it raises nothing; the kill waits for the thread's next yield.
+TEST_P(Sync, ALastArrivalFromADestructorRaisesNothingThere) {
+  run([&] {
+    auto on_done = []() noexcept { capstan::sleep_for(std::chrono::milliseconds(20)); };
+    capstan::barrier<decltype(on_done)> b(2, on_done);
+    capstan::mvar<int> waiter_done, killed_at_yield;
+    capstan::fork_io([&] {
+      b.arrive_and_wait();
+      waiter_done.put(1);
+    });
+    std::atomic<bool> arriving{false};
+    capstan::thread_id last = capstan::fork_io([&] {
+      struct drops {
+        capstan::barrier<decltype(on_done)>& b;
+        ~drops() { b.arrive_and_drop(); }  // the last arrival: runs the completion
+      };
+      {
+        drops d{b};
+        arriving = true;
+      }
+      try {
+        capstan::yield();
+        killed_at_yield.put(0);
+      } catch (const capstan::thread_killed&) {
+        killed_at_yield.put(1);
+        throw;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return arriving.load(); }));
+    capstan::sleep_for(std::chrono::milliseconds(5));  // inside the completion
+    capstan::kill_thread(last);
+    EXPECT_EQ(waiter_done.take(), 1);
+    EXPECT_EQ(killed_at_yield.take(), 1);
+  });
+}
+
 // Note [Completing a phase]: a kill that reaches the completion function
 // (here at its sleep) waits until the phase is complete - the completion
 // must not throw, and it terminated the process - and stays pending for

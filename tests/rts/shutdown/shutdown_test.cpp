@@ -408,7 +408,9 @@ TEST_F(ShutdownPolicy, ALoopOfSafeCallsUnderUninterruptibleMaskIsAbandoned) {
       capstan::uninterruptible_mask([&] {
         for (;;) {
           looping = true;
-          capstan::safe_call([] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+          // Long calls, short gaps: shutdown, sampling between ticks,
+          // practically never finds the thread outside a call.
+          capstan::safe_call([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
         }
       });
     });
