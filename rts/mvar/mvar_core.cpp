@@ -164,8 +164,7 @@ void mvar_core::raise_outcome(const waiter& w) {
       if (w.what == waiter::mvar) throw blocked_indefinitely{};
       throw blocked_indefinitely(fmt::format(
           "thread blocked indefinitely in a {}: what it waited on was destroyed",
-          w.what == waiter::shared_mutex && w.kind == waiter::read ? "shared_mutex lock_shared"
-                                                                    : rts::what_name(w.what)));
+          rts::what_name(w.what, w.kind)));
     case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
     case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();

@@ -93,6 +93,8 @@ void interrupt_all() noexcept {
   for (Capability* c : rt.caps) c->context_switch.fetch_or(kInterrupt, std::memory_order_release);
 }
 
+}  // namespace
+
 bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
   // A waiter that blocked while unwinding is left alone: raising there
   // would terminate() (its uncaught count was saved when it switched out).
@@ -100,8 +102,6 @@ bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
   return t->blocked_on && (ignore_mask || t->mask != Mask::uninterruptible) &&
          !(t->has_eh && t->eh.uncaught != 0) && !t->waiter->shielded;
 }
-
-}  // namespace
 
 Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) noexcept {
   for (SpinWait spin;; spin.turn()) {

@@ -44,6 +44,13 @@ enum class Posted : std::uint8_t {
   queued,  // m waits on its pending list; m->on_done will be called
 };
 
+// interruptible_wait: may an exception be raised in t's wait now (t is
+// blocked; the caller holds t's wait_lock)?  Not if t blocked while
+// unwinding (raising would terminate()), in a shielded wait, or - unless
+// ignore_mask - under uninterruptible_mask.  Throwers and shutdown's kill
+// (Note [Killing a blocked thread] in shutdown/shutdown.cpp) ask it.
+bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept;
+
 // post_throw throws m->ex to the thread t that had id `id`.  Wait locks
 // must be on (enable_wait_locks).  Never blocks for long: callable from
 // the IO thread.

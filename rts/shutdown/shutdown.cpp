@@ -93,9 +93,10 @@ bool request_kill(Thread* t, unsigned* killed) noexcept {
   // Nor is a shielded wait (a spark's destructor waiting for the spark:
   // Note [Completing a stolen spark] in sparks/sparks.cpp); its waker runs.
   // Nor one under uninterruptible_mask: Note [Shutdown and
-  // uninterruptible_mask] in schedule/yield.cpp.
-  bool killable = !(t->has_eh && t->eh.uncaught != 0) && !w->shielded &&
-                  t->mask != Mask::uninterruptible;
+  // uninterruptible_mask] in schedule/yield.cpp.  The test throw_to's
+  // raising makes (mask itself is no shield against shutdown: only the
+  // uninterruptible kind is).
+  bool killable = interruptible_wait(t, /*ignore_mask=*/false);
   detail::wake_list regranted;  // Note [Leaving the shared_mutex queue]
   if (killable) {
     detail::leave_queue(*m, *w, regranted);

@@ -58,8 +58,9 @@ namespace capstan::rts {
 //    race is deliberate: the owners' plain stores stay plain, so the hot
 //    paths pay nothing for dumps.
 
-const char* what_name(std::uint8_t what) noexcept {
+const char* what_name(std::uint8_t what, std::uint8_t op) noexcept {
   using W = detail::waiter;
+  if (what == W::shared_mutex && op == W::read) return "shared_mutex lock_shared";
   switch (what) {
     case W::mvar: return "mvar";
     case W::chan: return "chan read";
@@ -206,9 +207,7 @@ std::string waits_on(const Thread* t, std::int64_t now) {
   const void* core = snap(t->blocked_on);
   if (what == detail::waiter::mvar)
     return fmt::format("mvar {} {}", op_name(snap(t->wait_tag.op)), fmt::ptr(core));
-  if (what == detail::waiter::shared_mutex && snap(t->wait_tag.op) == detail::waiter::read)
-    return fmt::format("shared_mutex lock_shared {}", fmt::ptr(core));  // a shared waiter
-  return fmt::format("{} {}", what_name(what), fmt::ptr(core));
+  return fmt::format("{} {}", what_name(what, snap(t->wait_tag.op)), fmt::ptr(core));
 }
 
 void dump_all_threads(std::FILE* f, const char* why) {

@@ -23,8 +23,9 @@ template <class T>
 }
 
 // what_name names what a waiter waits in (detail::waiter::what_t), as
-// dumps and errors say it: "mutex lock", "chan read", ...
-const char* what_name(std::uint8_t what) noexcept;
+// dumps and errors say it: "mutex lock", "chan read", ...; `op` (its
+// detail::waiter::kind_t) tells a shared_mutex's shared waiter apart.
+const char* what_name(std::uint8_t what, std::uint8_t op = 0) noexcept;
 
 // dump_all_threads writes the listing of every live green thread, headed by
 // `why`, to f.  Any OS thread while the Runtime exists (a green thread, the

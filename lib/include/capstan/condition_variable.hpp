@@ -94,7 +94,6 @@ class cv_queue {
   template <class Lock>
   bool wait(Lock& lk, long long ns) {
     waiter w(waiter::condition_variable);
-    bool served = false;
     struct relock {
       cv_queue& q;
       Lock& lk;
@@ -108,8 +107,8 @@ class cv_queue {
     core_.enqueue(w);
     lk.unlock();  // Note [No lost notify]: after the enqueue
     guard.released = true;
-    served = ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
-    guard.served = served;
+    const bool served = guard.served =
+        ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
     mask_guard g(mask_state::masked_interruptible);
     lk.lock();  // interruptible if it blocks: Note [Relocking after a wait]
     guard.released = false;
