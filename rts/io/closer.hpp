@@ -13,7 +13,10 @@
 // IoManagerLinger.* in tests/rts/io/io_manager_test.cpp).  So do_close asks
 // the socket (getsockopt SO_LINGER, one system call; ENOTSOCK for anything
 // else) and hands a lingering close to a closing thread, after stopping
-// the polling as before.
+// the polling as before.  A lingering socket dropped on a green thread
+// before anything started the IO manager starts it for the close
+// (io_close_fd_nowait), rather than close on the green thread and hold
+// its capability.
 //
 // The closing threads, "capstan-close" (the name tells deadlock detection
 // they are the runtime's), are started as lingering closes arrive and

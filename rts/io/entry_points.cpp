@@ -16,6 +16,7 @@
 #include "capstan/io.hpp"
 #include "capstan/thread.hpp"
 #include "primitives/clock.hpp"
+#include "io/closer.hpp"
 #include "io/io_thread.hpp"
 #include "io/owned_fds.hpp"
 #include "schedule/schedule.hpp"
@@ -200,7 +201,21 @@ void io_close_fd(int fd) {
 
 void io_close_fd_nowait(int fd) noexcept {
   if (fd < 0) return;
-  if (!push_fd_message(Op::close_fd_nowait, fd)) ::close(fd);
+  if (push_fd_message(Op::close_fd_nowait, fd)) return;
+  // The IO manager is not running.  From a green thread that means it has
+  // not started yet in this run (shutdown stops it only after the last
+  // green thread), and a lingering socket's close would hold the
+  // capability for its linger time: start the IO manager and hand the
+  // close over (Note [Closing a lingering socket] in io/closer.hpp).  If
+  // it cannot start, or on a plain OS thread, close here.
+  if (green_task() != nullptr && iomgr::Closer::may_linger(fd)) {
+    try {
+      io.ensure_started();
+    } catch (...) {  // no fds or no thread to start it with
+    }
+    if (push_fd_message(Op::close_fd_nowait, fd)) return;
+  }
+  ::close(fd);
 }
 
 bool io_claim_fd(int fd) noexcept { return owned_fds().claim(fd); }

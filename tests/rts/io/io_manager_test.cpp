@@ -853,6 +853,36 @@ TEST(IoManagerLinger, ADroppedLingeringConnectionFreezesNoSleep) {
   ::close(listener);
 }
 
+// The same before anything has started the IO manager: a green thread's
+// first IO act is to drop a lingering connection.  Its close used to run
+// on the green thread itself, holding the capability for the linger time:
+// at -N1 main's next step waited about 1 s.  Now the drop starts the IO
+// manager and hands the close over, and shutdown waits for it.
+TEST(IoManagerLinger, ALingeringConnectionDroppedBeforeAnyIoFreezesNoThread) {
+  int client = -1, server = -1, listener = -1;
+  lingering_pair(1, &client, &server, &listener);
+  if (HasFatalFailure()) return;
+  auto before_run_end = clk::now();
+  double gap_ms = 0;
+  capstan::run(capstan_test::opts(1), [&] {
+    std::atomic<bool> dropped{false};
+    auto t0 = clk::now();
+    capstan::fork_io([&] {
+      { capstan::net::connection c(client); }  // ~connection: no IO call before it
+      dropped = true;
+    });
+    while (!dropped) capstan::yield();  // at -N1 the dropper runs in our place
+    gap_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+    before_run_end = clk::now();
+  });
+  double exit_ms = std::chrono::duration<double, std::milli>(clk::now() - before_run_end).count();
+  EXPECT_LT(gap_ms, 500.0) << "dropping a lingering connection held the capability for its close";
+  EXPECT_EQ(::fcntl(client, F_GETFD), -1) << "run() returned before the close";
+  EXPECT_GT(exit_ms, 300.0) << "shutdown did not wait for the lingering close";
+  ::close(server);
+  ::close(listener);
+}
+
 // Lingering closes do not queue behind one another: two close_fd calls on
 // two lingering sockets (1 s each) end together after about 1 s, not 2 s
 // (one closing thread did them one after the other).
