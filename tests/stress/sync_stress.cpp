@@ -3,6 +3,7 @@
 // and killed bystanders (every item delivered exactly once, the mutex never
 // lost), a million condition-variable waits that must each match a notify
 // (no spurious wake-ups; condition_variable and condition_variable_any),
+// mutex turns (barging, timed locks, kills, an OS thread's try_lock),
 // timed waits nobody notifies (all time out), and semaphore/barrier/
 // wait_group rounds.
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -206,6 +208,101 @@ void million_waits(unsigned caps) {
   });
   EXPECT_EQ(spurious, 0);
   EXPECT_EQ(woken, kWaits + last_waiting);
+}
+
+// Turns on one mutex (Note [Mutex hand-off]): lockers re-take it in
+// tight loops - barging past the woken competitor and racing its return by
+// CAS on the state word, without the queue lock - mixed with try_lock
+// loops, try_lock_for with short limits, try_lock from a plain OS thread,
+// yields inside and outside the critical section, and lockers killed at
+// random.  A second holder shows as `inside` > 1 or a lost increment; a
+// competitor lost between a barger's unlock and its own return hangs
+// (watchdog); at the end the mutex is free.
+TEST_P(SyncStress, MutexTurnsWithBargingTimedLocksAndKills) {
+  stress::Watchdog dog(std::chrono::seconds(120), "mutex turns");
+  constexpr int kLockers = 6, kVictims = 4;
+  const long kIters = 100000 / stress::kScale;  // per locker
+  long counter = 0;  // under m
+  std::atomic<long> expected{0};
+  std::atomic<int> inside{0}, overlaps{0};
+  std::atomic<bool> stop_os{false};
+  capstan::run(opts(GetParam()), [&] {
+    capstan::timed_mutex m;
+    auto critical = [&](std::mt19937_64& rng, bool green = true) {
+      struct leave {
+        std::atomic<int>& n;
+        ~leave() { n.fetch_sub(1); }  // also when a kill lands in the yield
+      };
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      leave l{inside};
+      long c = counter;
+      if (green && rng() % 16 == 0) capstan::yield();  // holding it: a competitor finds it barged
+      counter = c + 1;
+      expected.fetch_add(1, std::memory_order_relaxed);
+    };
+    capstan::wait_group wg(kLockers);
+    for (int i = 0; i < kLockers; ++i)
+      capstan::fork_io([&, i] {
+        std::mt19937_64 rng(stress::seed() + static_cast<std::uint64_t>(i));
+        for (long k = 0; k < kIters; ++k) {
+          switch (rng() % 8) {
+            case 0:
+              if (m.try_lock_for(std::chrono::microseconds(rng() % 20))) {
+                critical(rng);
+                m.unlock();
+              }
+              break;
+            case 1:
+              if (m.try_lock()) {
+                critical(rng);
+                m.unlock();
+              }
+              break;
+            default:
+              m.lock();
+              critical(rng);
+              m.unlock();
+          }
+          if (rng() % 32 == 0) capstan::yield();
+        }
+        wg.done();
+      });
+    // Victims lock in a loop and are killed wherever they are: queued,
+    // woken to compete, holding it (their lock_guard unlocks as they unwind).
+    std::vector<capstan::thread_id> victims;
+    for (int v = 0; v < kVictims; ++v)
+      victims.push_back(capstan::fork_io([&, v] {
+        std::mt19937_64 rng(stress::seed() + 1000 + static_cast<std::uint64_t>(v));
+        for (;;) {
+          std::lock_guard<capstan::timed_mutex> g(m);
+          critical(rng);
+        }
+      }));
+    std::thread os([&] {
+      std::mt19937_64 rng(stress::seed() + 2000);
+      while (!stop_os.load()) {
+        if (m.try_lock()) {
+          critical(rng, /*green=*/false);
+          m.unlock();
+        }
+        std::this_thread::yield();
+      }
+    });
+    std::mt19937_64 rng(stress::seed() + 3000);
+    for (capstan::thread_id v : victims) {
+      for (long spins = static_cast<long>(rng() % 2000); spins > 0; --spins) capstan::yield();
+      capstan::kill_thread(v);
+    }
+    wg.wait();
+    capstan::safe_call([&] {
+      stop_os = true;
+      os.join();
+    });
+    EXPECT_TRUE(m.try_lock()) << "the mutex was left held or reserved";
+    m.unlock();
+  });
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(counter, expected.load());
 }
 
 TEST_P(SyncStress, AMillionWaitsAndNoSpuriousWakeUp) {

@@ -50,6 +50,7 @@ class mutex {
     if (state_.compare_exchange_strong(s, kHeld, std::memory_order_acquire,
                                        std::memory_order_relaxed)) [[likely]]
       return;
+    if (barge(s)) return;
     lock_slow(-1);
   }
 
@@ -60,18 +61,22 @@ class mutex {
     if (state_.compare_exchange_strong(s, kHeld, std::memory_order_acquire,
                                        std::memory_order_relaxed)) [[likely]]
       return true;
-    return s == kWoken && try_lock_slow();
+    return barge(s);
   }
 
   // unlock releases the mutex, handing it to the oldest waiter if any; the
   // caller must hold it.  Never throws and is not a safe point (it runs in
   // lock_guard's destructor); works from any thread.
   void unlock() noexcept {
-    std::uint32_t s = kHeld;
+    // A load first, then one CAS for what it saw: a barger's unlock (kBarged)
+    // pays one locked instruction, not a failed CAS and another
+    // (Note [Mutex hand-off]).  Relaxed: the CAS checks it.
+    std::uint32_t s = state_.load(std::memory_order_relaxed);
     // Release pairs with the next locker's acquire.
-    if (state_.compare_exchange_strong(s, kFree, std::memory_order_release,
-                                       std::memory_order_relaxed)) [[likely]]
+    if (s == kHeld && state_.compare_exchange_strong(s, kFree, std::memory_order_release,
+                                                     std::memory_order_relaxed)) [[likely]]
       return;
+    if (unlock_barged(s)) return;
     unlock_slow();
   }
 
@@ -81,40 +86,54 @@ class mutex {
 
   // Note [Mutex hand-off]
   // ~~~~~~~~~~~~~~~~~~~~~~
-  // state_ is kFree (nobody holds or waits), kHeld (held, nobody waits),
-  // kContended (held; waiters may be queued on core_), kWoken (free; a
-  // waiter woken to compete is on its way, others may be queued) or kOwed
-  // (free, but reserved for that woken waiter).  Invariant, under core_'s
-  // lock: a non-empty queue or a woken competitor implies kContended,
-  // kWoken or kOwed, so the fast paths (kFree -> kHeld, kHeld -> kFree)
-  // never run while anyone waits: an unlock then always reaches
-  // unlock_slow.  Only kFree/kHeld change outside core_'s lock.
-  // A locker that finds the mutex held takes core_'s lock, moves it to
-  // kContended (or takes it, if it went free meanwhile), enqueues itself
-  // and parks; park releases core_'s lock only once the thread is off the
-  // CPU, and unlock_slow needs that lock, so it finds every waiter.
+  // state_'s low three bits are its kind: kFree (nobody holds or waits),
+  // kHeld (held, nobody waits), kContended (held; waiters may be queued on
+  // core_), kWoken (free; a waiter woken to compete - the competitor - is
+  // on its way, others may be queued), kBarged (held by a thread that took
+  // it ahead of the competitor, which is still on its way) or kOwed (free,
+  // but reserved for the competitor).  The bits above count the overtakes:
+  // how often a locker took the mutex ahead of the oldest waiter since a
+  // waiter last got it.  Invariant: a non-empty queue or a competitor on
+  // its way implies a kind other than kFree and kHeld, whose words are 0
+  // and 1 exactly, so the fast paths (kFree -> kHeld, kHeld -> kFree) never
+  // run while anyone waits.  A locker that finds the mutex held takes
+  // core_'s lock, moves it to kContended (or takes it, if it went free
+  // meanwhile), enqueues itself and parks; park releases core_'s lock only
+  // once the thread is off the CPU, and unlock_slow needs that lock, so it
+  // finds every waiter.
   //
   // The policy is Go's sync.Mutex, bounded by a count instead of a clock:
-  // unlock_slow, with waiters, wakes the oldest waiter to compete (the
-  // mutex becomes kWoken, competitor_ set).  Until it comes back, any
-  // thread that locks (lock or try_lock; typically the thread that just
-  // unlocked) may take the mutex first - it barges - and that barger's
+  // unlock_slow, with waiters, wakes the oldest waiter to compete (kWoken).
+  // Until it comes back, any thread that locks (lock or try_lock;
+  // typically the thread that just unlocked) may take the mutex first - it
+  // barges, kWoken -> kBarged, counting one overtake - and that barger's
   // unlock makes it kWoken again, so a running thread keeps the mutex for a
   // whole turn instead of paying a wake, a park and a switch per critical
-  // section.  A competitor that finds the mutex held re-queues at the
-  // *front* and is woken to compete again by the next unlock.  Barges are
-  // counted in overtakes_, the number of times the front waiter has been
-  // overtaken; it is reset whenever a waiter gets the mutex.  Once it
-  // reaches max_overtakes, the next unlock reserves the mutex for the front
-  // waiter: kOwed if that waiter is already on its way, else it is handed
-  // the mutex directly (lw.handed; the mutex never becomes free).  Timed
-  // waiters are always handed the mutex (they could not otherwise be
-  // dequeued on time-out without losing a wake-up).  So a waiter at the
-  // front of the queue is overtaken at most max_overtakes times, and
-  // waiters are served in FIFO order.  Barging at all (not pure hand-off)
-  // also keeps std::lock over several mutexes live: its try_lock must
-  // sometimes succeed while others queue, or scoped_lock(a, b) against
-  // scoped_lock(b, a) livelocks.
+  // section.  The barge and the barger's unlock are one CAS each on state_,
+  // without core_'s lock: a turn's lock costs two locked instructions (the
+  // failed fast-path CAS and the barge) and its unlock one (it loads the
+  // word first), where with core_'s lock they cost five together - on a
+  // host whose locked instruction costs 5 ns, most of a contended
+  // operation.  (A load before lock's CAS too would save one more there,
+  // but cost the uncontended lock+unlock about 1 ns: docs/benchmarks.md.)  A competitor
+  // that finds the mutex barged moves it to kContended, re-queues at the
+  // *front*, and is woken to compete again by the barger's unlock, which
+  // finds kContended and takes the slow path; the two race by CAS on
+  // state_, and whichever loses sees the other's word.  Once the count
+  // reaches max_overtakes, the barger's unlock makes the mutex kOwed,
+  // reserved for the competitor; and an unlock_slow that finds the front
+  // waiter overtaken max_overtakes times hands it the mutex directly
+  // (lw.handed; the mutex never becomes free).  Timed waiters are always
+  // handed the mutex (they could not otherwise be dequeued on time-out
+  // without losing a wake-up).  So a waiter at the front of the queue is
+  // overtaken at most max_overtakes times, and waiters are served in FIFO
+  // order.  Barging at all (not pure hand-off) also keeps std::lock over
+  // several mutexes live: its try_lock must sometimes succeed while others
+  // queue, or scoped_lock(a, b) against scoped_lock(b, a) livelocks.
+  //
+  // Only the lock-free transitions above change state_ outside core_'s
+  // lock: kFree <-> kHeld, kWoken -> kBarged, kBarged -> kWoken or kOwed.
+  // So under core_'s lock, kContended, kOwed and an empty queue stay put.
   //
   // A served waiter returns from park and retries with no safe point in
   // between, so a competitor always comes back.  A waiter ended otherwise
@@ -123,7 +142,14 @@ class mutex {
   // exactly one of it and unlock dequeues it, so either it was served or it
   // never was.  A kContended mutex with an empty queue is made kFree by its
   // next unlock_slow.
-  static constexpr std::uint32_t kFree = 0, kHeld = 1, kContended = 2, kWoken = 3, kOwed = 4;
+  static constexpr std::uint32_t kFree = 0, kHeld = 1, kContended = 2, kWoken = 3, kOwed = 4,
+                                 kBarged = 5;
+  static constexpr std::uint32_t kKindMask = 7, kCountShift = 3;
+  static constexpr std::uint32_t kind(std::uint32_t s) noexcept { return s & kKindMask; }
+  static constexpr std::uint32_t count(std::uint32_t s) noexcept { return s >> kCountShift; }
+  static constexpr std::uint32_t word(std::uint32_t kind, std::uint32_t count) noexcept {
+    return kind | count << kCountShift;
+  }
 
   // lock_wait: a locker's record, in its frame, reached from its waiter.
   struct lock_wait {
@@ -131,36 +157,76 @@ class mutex {
     bool handed = false;  // [core_'s lock, then the wake] unlock made us owner
   };
 
+  // barge takes a kWoken mutex ahead of its competitor, counting one
+  // overtake; `s` is the state a failed CAS saw.  True if it took it.
+  // kWoken always has fewer than max_overtakes (Note [Mutex hand-off]).
+  bool barge(std::uint32_t s) noexcept {
+    while (kind(s) == kWoken) {
+      // Acquire pairs with the release of the unlock that made it kWoken.
+      if (state_.compare_exchange_weak(s, word(kBarged, count(s) + 1), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+
+  // unlock_barged: a barger's unlock, the competitor still on its way: kWoken,
+  // or kOwed once the count is spent.  False if the competitor came back
+  // meanwhile (kContended): unlock_slow wakes it.  `s`: as barge.
+  bool unlock_barged(std::uint32_t s) noexcept {
+    while (kind(s) == kBarged) {
+      std::uint32_t n = count(s);
+      // Release pairs with the next taker's acquire (a barger's, or the
+      // competitor's in acquire_locked).
+      if (state_.compare_exchange_weak(s, n < max_overtakes ? word(kWoken, n) : kOwed,
+                                       std::memory_order_release, std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+
   // acquire_locked (core_'s lock held) takes a free mutex, or marks a held
   // one kContended; true if it took it.  `competitor`: the caller is the
   // waiter woken to compete, back for the mutex.
   bool acquire_locked(bool competitor) noexcept {
-    if (competitor) competitor_ = false;
-    // Relaxed loads: kOwed and kWoken are written under core_'s lock, which
-    // we hold; kFree is taken by the acquire CAS below.
-    for (std::uint32_t s = state_.load(std::memory_order_relaxed);;) {
-      if (s == kOwed) {
-        if (!competitor) return false;
-        overtakes_ = 0;
-        state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
-        return true;
-      }
-      if (s == kFree || s == kWoken) {
-        // From kWoken to kContended: others may still be queued.
-        if (state_.compare_exchange_weak(s, s == kFree ? kHeld : kContended,
-                                         std::memory_order_acquire, std::memory_order_relaxed)) {
-          if (s == kWoken) {
-            if (competitor) overtakes_ = 0; else ++overtakes_;  // a barge
-          }
+    // Acquire, on the load and on every failed CAS: a barger's unlock
+    // writes kWoken and kOwed without core_'s lock, and whoever takes the
+    // mutex from them must see its critical section.
+    for (std::uint32_t s = state_.load(std::memory_order_acquire);;) {
+      switch (kind(s)) {
+        case kOwed:
+          if (!competitor) return false;
+          // Nobody else moves kOwed: a plain store.
+          state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
           return true;
-        }
-      } else if (s == kHeld) {
-        // Relaxed: core_'s lock orders this against unlock_slow.
-        if (state_.compare_exchange_weak(s, kContended, std::memory_order_relaxed,
-                                         std::memory_order_relaxed))
+        case kFree:
+          if (state_.compare_exchange_weak(s, kHeld, std::memory_order_acquire,
+                                           std::memory_order_acquire))
+            return true;
+          break;
+        case kWoken:
+          // The competitor takes it (a waiter got it: the count starts
+          // again; others may be queued); anyone else barges.
+          if (state_.compare_exchange_weak(s, competitor ? kContended : word(kBarged, count(s) + 1),
+                                           std::memory_order_acquire, std::memory_order_acquire))
+            return true;
+          break;
+        case kHeld:
+          // Relaxed: core_'s lock orders this against unlock_slow.
+          if (state_.compare_exchange_weak(s, kContended, std::memory_order_relaxed,
+                                           std::memory_order_acquire))
+            return false;
+          break;
+        case kBarged:
+          if (!competitor) return false;
+          // Back and beaten: re-queue, and the barger's unlock will find
+          // kContended and wake us again.  The count stands.
+          if (state_.compare_exchange_weak(s, word(kContended, count(s)), std::memory_order_relaxed,
+                                           std::memory_order_acquire))
+            return false;
+          break;
+        default:  // kContended
           return false;
-      } else {
-        return false;
       }
     }
   }
@@ -189,35 +255,24 @@ class mutex {
     }
   }
 
-  // try_lock_slow: the mutex was kWoken - free, a woken waiter on its way;
-  // barge, counted (Note [Mutex hand-off]).
-  bool try_lock_slow() noexcept {
-    core_.lock();
-    bool got = state_.load(std::memory_order_relaxed) == kWoken && acquire_locked(false);
-    core_.unlock();
-    return got;
-  }
-
+  // unlock_slow: the holder's unlock of a kContended mutex (kBarged is
+  // unlock_barged's; kContended leaves only through here).
   void unlock_slow() noexcept {
     core_.lock();
     rts::Thread* next = nullptr;
-    if (competitor_) {
-      // A barger's unlock: the competitor is still on its way.
-      state_.store(overtakes_ < max_overtakes ? kWoken : kOwed, std::memory_order_release);
-    } else if (detail::waiter* w = core_.front()) {
+    std::uint32_t n = count(state_.load(std::memory_order_relaxed));
+    if (detail::waiter* w = core_.front()) {
       auto* lw = static_cast<lock_wait*>(w->slot);
-      if (overtakes_ >= max_overtakes || w->timed) {
-        lw->handed = true;     // w owns the mutex now
-        overtakes_ = 0;
+      if (n >= max_overtakes || w->timed) {
+        lw->handed = true;     // w owns the mutex now; the count starts again
         next = core_.serve(*w);
-        if (!core_.has_waiters()) state_.store(kHeld, std::memory_order_relaxed);
+        state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
       } else {
         next = core_.serve(*w);
-        competitor_ = true;
-        state_.store(kWoken, std::memory_order_release);
+        // Release pairs with a barger's or the competitor's acquire.
+        state_.store(word(kWoken, n), std::memory_order_release);
       }
     } else {
-      overtakes_ = 0;
       state_.store(kFree, std::memory_order_release);
     }
     core_.unlock();
@@ -228,8 +283,6 @@ class mutex {
 
   std::atomic<std::uint32_t> state_{kFree};  // [atomic] Note [Mutex hand-off]
   detail::mvar_core core_;                   // the queue of lockers
-  bool competitor_ = false;  // guarded by core_'s lock: a woken waiter is on its way
-  std::uint32_t overtakes_ = 0;  // guarded by core_'s lock: barges past the front waiter
 };
 
 // timed_mutex is mutex with time limits (std::timed_mutex).
