@@ -141,7 +141,7 @@ class mutex {
   // under core_'s lock (Note [Timed takes], Note [Raising asynchronously]);
   // exactly one of it and unlock dequeues it, so either it was served or it
   // never was.  A kContended mutex with an empty queue is made kFree by its
-  // next unlock_slow.
+  // next unlock_slow.  Checked by models/mutex_handoff.pml (docs/models.md).
   static constexpr std::uint32_t kFree = 0, kHeld = 1, kContended = 2, kWoken = 3, kOwed = 4,
                                  kBarged = 5;
   static constexpr std::uint32_t kKindMask = 7, kCountShift = 3;
