@@ -212,8 +212,11 @@ class mutex {
             return true;
           break;
         case kHeld:
-          // Relaxed: core_'s lock orders this against unlock_slow.
-          if (state_.compare_exchange_weak(s, kContended, std::memory_order_relaxed,
+          // core_'s lock orders this against unlock_slow; acquire only
+          // because a failed CAS must be (above), and the success order may
+          // not be weaker than the failure order before C++17 (GCC 12
+          // still warns).
+          if (state_.compare_exchange_weak(s, kContended, std::memory_order_acquire,
                                            std::memory_order_acquire))
             return false;
           break;
@@ -221,7 +224,7 @@ class mutex {
           if (!competitor) return false;
           // Back and beaten: re-queue, and the barger's unlock will find
           // kContended and wake us again.  The count stands.
-          if (state_.compare_exchange_weak(s, word(kContended, count(s)), std::memory_order_relaxed,
+          if (state_.compare_exchange_weak(s, word(kContended, count(s)), std::memory_order_acquire,
                                            std::memory_order_acquire))
             return false;
           break;
