@@ -203,7 +203,18 @@ IoTestHooks io_test_hooks;
 
 namespace iomgr {
 
-IoManager io;
+// Never destroyed, as the Runtime is not (Note [Exit inside run] in
+// runtime/runtime.cpp): a green thread may use it while std::exit runs the
+// static destructors.
+namespace {
+union IoSlot {
+  IoSlot() : io() {}
+  ~IoSlot() {}
+  IoManager io;
+};
+IoSlot io_slot;
+}  // namespace
+constinit IoManager& io = io_slot.io;
 
 int injected_fault(const char* step) noexcept {
   auto* f = io_test_hooks.start_fault;

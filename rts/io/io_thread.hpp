@@ -286,7 +286,7 @@ class IoManager {
   std::vector<std::pair<Request*, int>> wakes_;
 };
 
-extern IoManager io;
+extern IoManager& io;  // never destroyed: Note [Exit inside run] in runtime/runtime.cpp
 
 // The test hooks (io_manager.hpp), read with relaxed loads.
 int injected_fault(const char* step) noexcept;

@@ -21,13 +21,17 @@
 // then runs the at-exit handlers and static destructors on the calling
 // thread while every other thread keeps running.  So:
 //  * the Runtime lives in storage no static destructor touches
-//    (RuntimeSlot), and the ticker is a member of it: the runtime's OS
-//    threads (workers, spares, the ticker) keep running on live objects
-//    until the process ends, and no std::thread is destroyed joinable;
-//  * the IO manager is a static object whose thread would be joinable when
-//    its destructor runs: exit_inside_run, registered with std::atexit by
-//    the first run() (so it runs before the destructors of statics made
-//    earlier), stops the IO thread first (io_shutdown), as run_main would;
+//    (RuntimeSlot), and the ticker is a member of it; so does the IO
+//    manager (io_slot in io/io_manager.cpp): the runtime's OS threads
+//    (workers, spares, the ticker, the IO thread and its closing threads)
+//    keep running on live objects until the process ends, and no
+//    std::thread is destroyed joinable.  Green threads on other
+//    capabilities go on too, sleeping, waiting on fds and closing sockets
+//    through the IO manager.  (It used to be stopped by an at-exit
+//    handler: a green thread's next sleep then reached it after its last
+//    drain, an abort, and a dropped lingering socket started it again, to
+//    be destroyed joinable, std::terminate: ExitInsideRun.* in
+//    tests/rts/runtime/exit_test.cpp);
 //  * green threads are neither resumed nor unwound - their destructors do
 //    not run, as for any thread at std::exit - and run() does not return;
 //    the process exits with the status given to std::exit.
@@ -163,16 +167,6 @@ bool main_invoke(void* p) {
 void main_destroy(void*) noexcept {}
 constexpr detail::closure_ops kMainOps{&main_invoke, &main_destroy};
 
-// See Note [Exit inside run].
-void exit_inside_run() {
-  if (process.running.load(std::memory_order_acquire)) io_shutdown();
-}
-
-void register_exit_handler_once() {
-  static bool registered = false;  // only run_main, which runs one at a time, touches it
-  if (!registered && std::atexit(&exit_inside_run) == 0) registered = true;
-}
-
 // wait_for_os_threads returns once every runtime-made OS thread has left
 // (each decrements rt.os_threads last, then wakes us).
 void wait_for_os_threads() {
@@ -229,7 +223,6 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
       process.running.store(false, std::memory_order_release);
     }
   } end_of_run;
-  register_exit_handler_once();
   std::construct_at(&runtime_slot.rt, o);
   end_of_run.constructed = true;
   rt.main_tid = static_cast<long>(::syscall(SYS_gettid));
