@@ -31,7 +31,8 @@
 // lowest-numbered, so that the same few capabilities take the work and
 // the others stay asleep (a rotation from our own number, as before, woke
 // every capability in turn);
-// locked threads (fork_on, bound) never move.  A sequential chain of
+// locked threads (fork_on, bound) never move, nor does a thread still
+// leaving its stack (Note [Requeued while still running] in steal.cpp).  A sequential chain of
 // hand-offs (ping-pong, a token ring) never has more than one thread
 // waiting, so it is never spread across capabilities, where every hand-off
 // would cost a cross-core wake-up (the GHC -N2 collapse).
@@ -70,12 +71,20 @@ void push_work(Capability* cap) {
   RuntimeWork mark(k >= kLongLoop ? &cap->runtime_loop : nullptr);
   Thread* first = nullptr;
   Thread* last = nullptr;
+  Thread* kept = nullptr;  // threads that stay, newest first
   std::uint64_t moved = 0;
   for (std::size_t i = 0; i < k; ++i) {
     Thread* t = cap->run_queue.pop_front();
     if (!t) break;  // a thief took the rest (Note [Stealing from a stalled capability])
-    if (t->locked) {
-      cap->run_queue.push_back(t);
+    // Locked threads never move; nor does the thread this capability is
+    // leaving, requeued while still on its stack (`leaving`; pick can run
+    // after requeue_running, and a thread let in first can put it behind
+    // the front: Note [Requeued while still running] in steal.cpp).  Both
+    // keep their places.  Acquire, as steal_front: pairs with the landing
+    // side's release for a thread another Task requeued.
+    if (t->locked || t->leaving.load(std::memory_order_acquire)) {
+      t->link = kept;
+      kept = t;
       continue;
     }
     t->cap = target;
@@ -83,6 +92,11 @@ void push_work(Capability* cap) {
     if (last) last->link = t; else first = t;
     last = t;
     ++moved;
+  }
+  while (kept) {
+    Thread* next = kept->link;
+    cap->run_queue.push_front(kept);
+    kept = next;
   }
   if (!moved) return;
   target->inbox.push_chain(first, last);

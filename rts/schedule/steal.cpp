@@ -98,8 +98,13 @@
 // switch releases it (after_switch's unlock, the same post-switch release
 // by which a blocked thread becomes wakeable); steal_front skips a thread
 // whose flag is up and reads it with acquire, so the saved context is
-// visible to the thief that runs the thread.  Threads pushed by anyone
-// else (new ones, woken ones) are already off every stack.
+// visible to the thief that runs the thread.  The owner's own push_work
+// skips it too: the owner may pick between the requeue and the switch,
+// and a thread let in ahead of the yielding one (back from a safe call)
+// left it in the half of the queue a push hands over (SIGSEGV in
+// capstan_switch under load at -N4, PushWork.AThreadStillOnItsStackIsNeverPushed).
+// Threads pushed by anyone else (new ones, woken ones) are already off
+// every stack.
 #include "schedule/steal.hpp"
 
 #include <linux/membarrier.h>

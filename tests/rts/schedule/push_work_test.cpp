@@ -5,9 +5,12 @@
 // it would race the stall watch, which may wake any sleeper.)
 #include <atomic>
 #include <chrono>
+#include <vector>
 
 #include "capstan_test.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/pick.hpp"
+#include "task/task.hpp"
 
 namespace {
 
@@ -53,6 +56,45 @@ TEST_F(PushWork, NothingIsPushedWithoutAFreeCpu) {
   if (!two.ok()) GTEST_SKIP() << "fewer than 2 CPUs: the control run cannot push";
   capstan::run(capstan_test::opts(2), [] { fork_batch(2000); });
   EXPECT_GT(pushed(), 0u) << "the control run pushed nothing: the batch is too short to test";
+}
+
+// A thread requeued while it still runs on its stack (`leaving`: Note
+// [Requeued while still running] in schedule/steal.cpp) must stay: the
+// capability that took it would switch into a context not yet saved.
+// push_work skipped only locked threads, and a yield_point that let a
+// thread back from a safe call in first (requeueing the running thread at
+// the front, the returning one ahead of it) and then pushed half the
+// queue sent the running thread to an idle capability: SIGSEGV in
+// capstan_switch under load at -N4.  Here every waiting thread is marked
+// as the running one is, and a push must move none of them.
+TEST_F(PushWork, AThreadStillOnItsStackIsNeverPushed) {
+  capstan_test::CpuPin two(2);
+  if (!two.ok()) GTEST_SKIP() << "fewer than 2 CPUs: nothing is ever pushed";
+  capstan::run(capstan_test::opts(2), [] {
+    using namespace capstan::rts;
+    Capability* cap = my_task()->cap;
+    Capability* other = rt.caps[cap->no == 0 ? 1 : 0];
+    ASSERT_TRUE(capstan_test::green_wait_until(
+        [&] { return other->idle.load(std::memory_order_relaxed); }));
+    constexpr int kThreads = 40;
+    std::atomic<int> ran{0};
+    for (int i = 0; i < kThreads; ++i) capstan::fork_io([&] { ++ran; });
+    std::vector<Thread*> waiting;
+    for (Thread* t = cap->run_queue.front(); t; t = t->link) {
+      t->leaving.store(true, std::memory_order_relaxed);
+      waiting.push_back(t);
+    }
+    ASSERT_GE(waiting.size(), static_cast<std::size_t>(kThreads));
+    push_work(cap);  // no safe point since the forks: nothing ran
+    int moved = 0;
+    for (Thread* t : waiting) {
+      if (t->cap != cap) ++moved;
+      t->leaving.store(false, std::memory_order_release);
+    }
+    EXPECT_EQ(moved, 0) << "threads still on their stacks were pushed to another capability";
+    EXPECT_EQ(cap->run_queue.size(), waiting.size());
+    while (ran.load() < kThreads) capstan::yield();
+  });
 }
 
 }  // namespace
