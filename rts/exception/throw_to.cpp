@@ -88,6 +88,7 @@ void throw_to_ptr(thread_ref ref, std::exception_ptr e, const char* what) {
     return;
   }
   waiter w(waiter::throw_to);
+  w.slot = t;  // the target, for deadlock detection: Note [Breaking a deadlock]
   l.core.enqueue(w);
   try {
     l.core.park(w);  // See Note [Waiting for a throw to land]

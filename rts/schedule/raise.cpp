@@ -103,7 +103,8 @@ bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
          !(t->has_eh && t->eh.uncaught != 0) && !t->waiter->shielded;
 }
 
-Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) noexcept {
+Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
+                  detail::wake_list* defer) noexcept {
   for (SpinWait spin;; spin.turn()) {
     t->wait_lock.lock();
     // Main whose function has returned counts as finished: Note [Main at
@@ -120,7 +121,8 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) no
         continue;  // back off and retry: the holder is a few instructions from unlocking
       }
       detail::waiter* w = t->waiter;
-      detail::wake_list regranted;  // Note [Leaving the shared_mutex queue]
+      detail::wake_list own;
+      detail::wake_list& regranted = defer ? *defer : own;  // Note [Leaving the shared_mutex queue]
       detail::leave_queue(*mv, *w, regranted);
       t->blocked_on = nullptr;
       t->waiter = nullptr;
@@ -137,9 +139,13 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask) no
       }
       t->wait_lock.unlock();
       mv->unlock();  // before waking: T may destroy the mvar as it unwinds
-      regranted.wake_all();
       m->outcome = ThrowMsg::raised;
-      wake(t);
+      if (defer) {
+        defer->add(t);
+      } else {
+        regranted.wake_all();
+        wake(t);
+      }
       return Posted::raised;
     }
     if (ignore_mask) {

@@ -56,7 +56,10 @@ bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept;
 // the IO thread.
 // With ignore_mask (deadlock detection), a blocked thread is interrupted
 // whatever its mask, and one that is not blocked is left alone (Posted::gone).
-Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask = false) noexcept;
+// With `defer`, the threads it would wake (t, and waiters a shared_mutex
+// re-grant serves) are added to *defer for the caller to wake.
+Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask = false,
+                  detail::wake_list* defer = nullptr) noexcept;
 
 // expire_due_timeouts posts to `cur` (running) the time-outs of its
 // unarmed timeout frames whose deadline has passed.

@@ -284,6 +284,30 @@ TEST_P(Async, DestructorCancels) {
   });
 }
 
+// A scope left while its child is blocked for ever under
+// uninterruptible_mask: ~async's cancel waits, deadlock detection raises
+// in the child (not in the cancel: Note [Breaking a deadlock]), and the
+// scope ends.  ~async used to get blocked_indefinitely from its kill:
+// std::terminate, every run.
+TEST_P(Async, LeavingAScopeWhoseChildIsDeadlockedUnderUninterruptibleMask) {
+  run([] {
+    mvar<int> never;
+    bool left = false;
+    {
+      async a([&] { uninterruptible_mask([&] { never.take(); }); });
+      ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    }
+    left = true;
+    EXPECT_TRUE(left);
+    async b([&] { uninterruptible_mask([&] { never.take(); }); });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    EXPECT_NO_THROW(b.cancel());
+    EXPECT_THROW(b.wait(), blocked_indefinitely);
+    auto r = race([] { return 1; }, [&] { return uninterruptible_mask([&] { return never.take(); }); });
+    EXPECT_EQ(r.index(), 0u);
+  });
+}
+
 TEST_P(Async, MoveOnly) {
   run([] {
     static_assert(!std::is_copy_constructible_v<async<int>>);

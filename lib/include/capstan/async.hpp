@@ -185,6 +185,19 @@ class async_group {
     return i;
   }
 
+  // kill_child kills a child for a cancel.  Deadlock detection raises
+  // blocked_indefinitely in a killer only when every blocked thread is
+  // one, or the rest cannot take an exception (Note [Breaking a deadlock]
+  // in rts/exception/deadlock.cpp); the child is then a killer raised too,
+  // or will end on its own: either way the cancel goes on to wait for
+  // its report instead of throwing out of a destructor.
+  static void kill_child(thread_id t) {
+    try {
+      kill_thread(t);
+    } catch (const blocked_indefinitely&) {
+    }
+  }
+
   // report is a child's "finished": the last touch of the group.
   void report(std::size_t i) noexcept { done_.write_no_checkpoint(i); }
 
@@ -198,7 +211,7 @@ class async_group {
     if (started_ == 0) return;
     mask_guard g(mask_state::masked_uninterruptible);  // left without raising
     for (std::size_t i = 0; i < ids_.size(); ++i)
-      if (!reported_[i] && ids_[i] != thread_id{}) kill_thread(ids_[i]);
+      if (!reported_[i] && ids_[i] != thread_id{}) kill_child(ids_[i]);
     while (started_ != 0) {
       try {
         next_finished();
@@ -264,9 +277,16 @@ class async {
     state& s = get("cancel");
     uninterruptible_mask([&] {  // Haskell's uninterruptibleCancel, as cancel_all
       if (s.collected.load(std::memory_order_acquire)) return;
-      kill_thread(s.group.id(0));  // a no-op once it has finished; ids are never reused
+      detail::async_group::kill_child(s.group.id(0));  // a no-op once it has finished; ids are never reused
       std::lock_guard<mutex> g(s.lock);
-      s.collect();
+      for (;;) {
+        try {
+          s.collect();
+          return;
+        } catch (const blocked_indefinitely&) {
+          // As cancel_all: the child was woken too, and will report.
+        }
+      }
     });
   }
 

@@ -75,6 +75,84 @@ TEST_P(Deadlock, EveryBlockedThreadIsWoken) {
   });
 }
 
+// Note [Breaking a deadlock]: a thread blocked in kill_thread is left
+// alone while its target, blocked under uninterruptible_mask, is raised;
+// the target ends, and the kill returns.  (The killer was raised too: a
+// cancel, which kills under uninterruptible_mask, threw
+// blocked_indefinitely, and ~async terminated the program.)
+TEST_P(Deadlock, AKillerWaitingForItsDeadlockedTargetIsLeftAlone) {
+  std::atomic<bool> target_raised{false};
+  run([&] {
+    mvar<int> never;
+    thread_id t = fork_io([&] {
+      try {
+        uninterruptible_mask([&] { never.take(); });
+      } catch (const blocked_indefinitely&) {
+        target_raised = true;
+      }
+    });
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    EXPECT_NO_THROW(kill_thread(t)) << "the killer was raised instead of its target";
+    EXPECT_EQ(state_of(t), thread_state::finished);
+  });
+  EXPECT_TRUE(target_raised.load());
+  EXPECT_EQ(statistics().deadlocks_detected, 1u);
+}
+
+// Two masked threads throwing to each other: their targets are throwers,
+// not raised, so they must not be left alone, or they would wait for ever
+// (main, blocked too, hears of the deadlock first).
+TEST_P(Deadlock, ThrowersAtEachOtherAreNotLeftBlocked) {
+  run([&] {
+    mvar<thread_id> other;
+    mvar<int> never;
+    auto body = [&] {
+      thread_id peer = other.take();
+      uninterruptible_mask([&] { kill_thread(peer); });
+    };
+    thread_id a = fork_io(body);
+    thread_id b = fork_io(body);
+    other.put(b);  // a kills b
+    other.put(a);  // b kills a
+    EXPECT_THROW(never.take(), blocked_indefinitely);
+    auto ended = [](thread_id t) {
+      thread_state s = state_of(t);
+      return s == thread_state::finished || s == thread_state::died;
+    };
+    EXPECT_TRUE(green_wait_until([&] { return ended(a) && ended(b); }))
+        << "two throwers were left blocked on each other";
+  });
+}
+
+// Every victim is dequeued before any is woken: a victim that ran first
+// would release what another waits on.  Here a forked thread holds a mutex
+// and blocks for ever; main blocks on the mutex.  Both must get
+// blocked_indefinitely: woken first, the holder unwound and released the
+// mutex, and main took it and returned (2 runs in 200 at -N4).
+TEST_P(Deadlock, EveryVictimHearsOfItEvenIfAnotherReleasesItsLock) {
+  const int kRuns = 40 / static_cast<int>(capstan_test::kScale > 1 ? 4 : 1);
+  int returned = 0;
+  for (int i = 0; i < kRuns; ++i) {
+    try {
+      run([] {
+        capstan::mutex mu;
+        mvar<int> held, never;
+        fork_io([&] {
+          std::lock_guard<capstan::mutex> g(mu);
+          held.put(1);
+          never.take();
+        });
+        held.take();
+        mu.lock();
+        mu.unlock();
+      });
+      ++returned;
+    } catch (const blocked_indefinitely&) {
+    }
+  }
+  EXPECT_EQ(returned, 0) << "main took a mutex released by another victim's unwinding";
+}
+
 // Not while a timer is pending: a sleeper will put.
 TEST_P(Deadlock, NotWhileASleeperWillWakeUs) {
   run([] {
