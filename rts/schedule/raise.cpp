@@ -120,6 +120,25 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
         t->wait_lock.unlock();
         continue;  // back off and retry: the holder is a few instructions from unlocking
       }
+      // Ask again, holding the mvar's lock: T saves its exception state
+      // (has_eh, eh.uncaught) only as it switches out, and releases the
+      // lock after that (the landing side), so only now is the answer
+      // about a wait that began while unwinding settled.  Asked before,
+      // it could see T on its way to the switch as not unwinding, and a
+      // throw then landed in a destructor's lock: std::terminate
+      // (UnwindingStress.* in tests/stress/kill_stress.cpp).  Shutdown's
+      // kill asks only under the lock (request_kill).
+      if (!interruptible_wait(t, ignore_mask)) {
+        mv->unlock();
+        if (ignore_mask) {
+          t->wait_lock.unlock();
+          return Posted::gone;
+        }
+        append(t, m);
+        t->wait_lock.unlock();
+        interrupt_all();
+        return Posted::queued;
+      }
       detail::waiter* w = t->waiter;
       detail::wake_list own;
       detail::wake_list& regranted = defer ? *defer : own;  // Note [Leaving the shared_mutex queue]

@@ -4,6 +4,7 @@
 // accounted for, and nothing hangs (Note [Raising asynchronously]).
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "capstan/capstan.hpp"
@@ -175,6 +176,63 @@ TEST_P(KillStress, ThrowersInterruptedWhileWaiting) {
       EXPECT_LE(landed.load(), 1);
     }
   });
+}
+
+// A throw at a thread that blocks while unwinding (a destructor taking a
+// mutex, run by a throw's unwinding) must never be raised there: it would
+// terminate().  The thrower decided whether the wait was interruptible
+// before it held the mutex's lock, reading the target's exception state
+// that the target saves only as it switches out: a target still on its
+// way to the switch looked not to be unwinding, and the thrower raised in
+// it (std::terminate after 19-341 of these rounds at -N2, 5 runs of 5).
+// Needs a thrower on another capability.
+class UnwindingStress : public ::testing::TestWithParam<unsigned> {};
+
+INSTANTIATE_TEST_SUITE_P(, UnwindingStress, ::testing::Values(2u, 4u),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST_P(UnwindingStress, AThrowNeverLandsInAThreadBlockedWhileUnwinding) {
+  stress::Watchdog dog(std::chrono::seconds(120), "throw at an unwinding thread");
+  const long kRounds = 3000 / stress::kScale;
+  std::atomic<long> poked{0}, done{0};
+  capstan::run(capstan_test::opts(GetParam(), std::chrono::microseconds(300)), [&] {
+    capstan::mutex m;
+    auto ended = [](thread_id t) {
+      thread_state s = state_of(t);
+      return s == thread_state::finished || s == thread_state::died;
+    };
+    for (long r = 0; r < kRounds; ++r) {
+      std::atomic<bool> go{false};
+      m.lock();
+      thread_id t = fork_on(1, [&] {
+        try {
+          struct relock {
+            capstan::mutex& m;
+            std::atomic<bool>& go;
+            ~relock() {
+              go = true;
+              std::lock_guard<capstan::mutex> g(m);  // parks while unwinding
+            }
+          } d{m, go};
+          throw std::runtime_error("unwind");
+        } catch (const std::runtime_error&) {
+          ++done;
+        } catch (const poke&) {
+          ++poked;  // raised after the destructor: legal
+        }
+      });
+      thread_id thrower = fork_on(0, [&, t] {
+        while (!go.load()) {
+        }
+        throw_to(t, poke{});
+      });
+      while (state_of(t) != thread_state::blocked && !ended(t)) yield();
+      sleep_for(std::chrono::microseconds(20));
+      m.unlock();
+      while (!ended(t) || !ended(thrower)) yield();
+    }
+  });
+  EXPECT_EQ(poked.load() + done.load(), kRounds);
 }
 
 }  // namespace
