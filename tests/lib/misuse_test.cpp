@@ -57,6 +57,13 @@ TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
   EXPECT_NE(m.find("capstan::race"), std::string::npos) << m;
   m = message_of([] { capstan::concurrently([] { return 1; }, [] { return 2; }); });
   EXPECT_NE(m.find("capstan::concurrently"), std::string::npos) << m;
+  // timeout off a green thread is an error whatever the duration (with
+  // d <= 0 it returned nullopt, as if f had timed out).
+  for (auto d : {std::chrono::milliseconds(0), std::chrono::milliseconds(-1),
+                 std::chrono::milliseconds(5)}) {
+    m = message_of([d] { (void)capstan::timeout(d, [] { return 1; }); });
+    EXPECT_NE(m.find("capstan::timeout"), std::string::npos) << d.count() << " ms: " << m;
+  }
 }
 
 // what_a_waiter_is_told: a thread blocks with wait(*p) on a primitive made

@@ -9,13 +9,15 @@
 #include "capstan/detail/async_core.hpp"
 #include "capstan/errors.hpp"
 #include "capstan/detail/duration.hpp"
+#include "capstan/detail/mvar_core.hpp"
 
 namespace capstan {
 
 // timeout runs f() and returns its result (true for a void f), or nullopt
 // (false) if `d` elapsed first: then f was interrupted by a timeout_expired
 // exception that timeout itself catches.  Nested timeouts work; d <= 0
-// returns nullopt without running f.  The time-out is raised as an
+// returns nullopt without running f.  Needs a green thread (usage_error
+// otherwise, whatever d); a safe point.  The time-out is raised as an
 // asynchronous exception (mask applies), at once if f is blocked, else at
 // its next safe point - for a thread that computes without blocking, at
 // the first timeslice boundary (+RTS -C) after the deadline.
@@ -26,7 +28,11 @@ auto timeout(std::chrono::duration<Rep, Period> d, F&& f) {
   // references).
   using Out = std::conditional_t<std::is_void_v<R>, bool, std::optional<std::remove_cvref_t<R>>>;
   long long ns = detail::to_ns(d);
-  if (ns <= 0) return Out{};
+  if (ns <= 0) {
+    // Misuse shows whatever the duration (a usage_error off a green thread).
+    detail::mvar_core::blocking_point("capstan::timeout");
+    return Out{};
+  }
   detail::timeout_frame frame;
   detail::timeout_push(frame, ns);
   struct pop {
