@@ -205,7 +205,15 @@ void Ticker::loop() {
     DeadlockTick dl = DeadlockTick::none;
     if (any_busy) deadlock_reset();
     else dl = deadlock_tick();
-    if (idle_ticks >= 2 && dl != DeadlockTick::suspected &&
+    // Not parked on a tick that broke a deadlock: the threads it woke are
+    // only in inboxes yet.  Parking there left the ticker parked while
+    // they ran and deadlocked again, so the second deadlock was never
+    // found (Async.LeavingAScopeWhoseChildIsDeadlockedUnderUninterruptibleMask,
+    // two deadlocks in a row: about one run in three under ThreadSanitizer
+    // at -N4; the ticker sat in the untimed wait below).  Which hand-over
+    // missed the hand-shake of Note [Stopping the ticker] was not found;
+    // ticking on costs one tick, after which the ticker parks as usual.
+    if (idle_ticks >= 2 && dl != DeadlockTick::suspected && dl != DeadlockTick::broken &&
         !rt.shutting_down.load(std::memory_order_relaxed)) {
       rt.ticker_parked.store(1, std::memory_order_seq_cst);
       if (rt.n_idle.load(std::memory_order_seq_cst) == rt.n_caps) {

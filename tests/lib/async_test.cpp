@@ -288,7 +288,8 @@ TEST_P(Async, DestructorCancels) {
 // uninterruptible_mask: ~async's cancel waits, deadlock detection raises
 // in the child (not in the cancel: Note [Breaking a deadlock]), and the
 // scope ends.  ~async used to get blocked_indefinitely from its kill:
-// std::terminate, every run.
+// std::terminate, every run.  Three deadlocks in a row: the ticker once
+// parked on the tick that broke one and missed the next (rts/runtime/ticker.cpp).
 TEST_P(Async, LeavingAScopeWhoseChildIsDeadlockedUnderUninterruptibleMask) {
   run([] {
     mvar<int> never;
