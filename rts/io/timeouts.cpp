@@ -29,6 +29,21 @@
 // message not yet raised.  So a time-out either raises exactly once inside
 // the function or not at all, never after timeout() has returned, and an
 // armed frame's timer leaves the IO thread's heap when the frame ends.
+//
+// Note [Timeouts begun while unwinding]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// No asynchronous exception is raised in a thread while an exception is
+// in flight in it: one raised in a destructor that unwinding runs would
+// leave that destructor, and C++ calls std::terminate.  A timeout begun
+// inside such a destructor (a flush on the error path) is the exception
+// to the rule: its function runs inside the destructor, and so does its
+// catch, so its timeout_expired never leaves it.  timeout_push records
+// how many exceptions are in flight (throw_msg::in_flight), and the
+// time-out is raised only while exactly that many are (interruptible_wait
+// and pop_raisable, schedule/raise.cpp): more, and its function is itself
+// unwinding inside a destructor of its own, where the time-out waits
+// until that ends, as any other.  (It used to wait for its function,
+// however long: a timeout there never timed out.)
 #include "io/timeouts.hpp"
 
 #include <exception>
@@ -113,7 +128,9 @@ namespace capstan::detail {
 using rts::Thread;
 
 void timeout_push(timeout_frame& f, long long ns) {
-  Thread* cur = rts::require_green_thread("capstan::timeout")->cap->current;
+  rts::Task* task = rts::require_green_thread("capstan::timeout");
+  Thread* cur = task->cap->current;
+  f.msg.in_flight = task->eh->uncaught;  // Note [Timeouts begun while unwinding]
   // Expiry reads frames under wait_lock: Note [Wait locks].  Once per run.
   if (!rts::rt.wait_locks_on.load(std::memory_order_acquire)) [[unlikely]] rts::enable_wait_locks();
   std::int64_t now = rts::now_ns();

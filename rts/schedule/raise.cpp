@@ -95,12 +95,23 @@ void interrupt_all() noexcept {
 
 }  // namespace
 
-bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept {
-  // A waiter that blocked while unwinding is left alone: raising there
-  // would terminate() (its uncaught count was saved when it switched out).
-  // A shielded wait (mvar_core::park_shielded) is never interrupted.
+namespace {
+// maybe_interruptible: interruptible_wait without the unwinding test, which
+// needs the mvar's lock (see post_throw); the caller holds t's wait_lock.
+bool maybe_interruptible(const Thread* t, bool ignore_mask) noexcept {
   return t->blocked_on && (ignore_mask || t->mask != Mask::uninterruptible) &&
-         !(t->has_eh && t->eh.uncaught != 0) && !t->waiter->shielded;
+         !t->waiter->shielded;
+}
+}  // namespace
+
+bool interruptible_wait(const Thread* t, bool ignore_mask, unsigned in_flight) noexcept {
+  // A waiter that blocked while unwinding is left alone: raising there
+  // would terminate() (its uncaught count was saved when it switched out),
+  // unless the message's own catch is inside the unwinding (`in_flight`:
+  // Note [Timeouts begun while unwinding] in io/timeouts.cpp).  A shielded
+  // wait (mvar_core::park_shielded) is never interrupted.
+  unsigned uncaught = t->has_eh ? t->eh.uncaught : 0;
+  return maybe_interruptible(t, ignore_mask) && uncaught == in_flight;
 }
 
 Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
@@ -114,21 +125,22 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
       t->wait_lock.unlock();
       return Posted::gone;
     }
-    if (interruptible_wait(t, ignore_mask)) {
+    if (maybe_interruptible(t, ignore_mask)) {
       detail::mvar_core* mv = t->blocked_on;
       if (!mv->try_lock()) {  // the order elsewhere is mvar lock -> wait_lock
         t->wait_lock.unlock();
         continue;  // back off and retry: the holder is a few instructions from unlocking
       }
-      // Ask again, holding the mvar's lock: T saves its exception state
-      // (has_eh, eh.uncaught) only as it switches out, and releases the
-      // lock after that (the landing side), so only now is the answer
-      // about a wait that began while unwinding settled.  Asked before,
-      // it could see T on its way to the switch as not unwinding, and a
-      // throw then landed in a destructor's lock: std::terminate
-      // (UnwindingStress.* in tests/stress/kill_stress.cpp).  Shutdown's
-      // kill asks only under the lock (request_kill).
-      if (!interruptible_wait(t, ignore_mask)) {
+      // Whether T blocked while unwinding is asked only now, holding the
+      // mvar's lock: T saves its exception state (has_eh, eh.uncaught)
+      // only as it switches out, and the landing side releases the lock
+      // after that (the acquire of our try_lock pairs with it).  Asked
+      // under the wait_lock alone, it could see T on its way to the switch
+      // as not unwinding, and a throw then landed in a destructor's lock:
+      // std::terminate (UnwindingStress.* in tests/stress/kill_stress.cpp;
+      // ThreadSanitizer saw the read race the switch's write).  Shutdown's
+      // kill asks only under the lock too (request_kill).
+      if (!interruptible_wait(t, ignore_mask, m->in_flight)) {
         mv->unlock();
         if (ignore_mask) {
           t->wait_lock.unlock();
@@ -189,9 +201,11 @@ bool retract_throw(Thread* t, ThrowMsg* m) noexcept {
 ThrowMsg* pop_raisable(Thread* cur, bool blocking) noexcept {
   if (cur->mask == Mask::uninterruptible) return nullptr;
   if (cur->mask == Mask::interruptible && !blocking) return nullptr;
-  if (std::uncaught_exceptions() != 0) return nullptr;  // see the Note: never while unwinding
   ThrowMsg* m = cur->pending_head;
-  if (m) unlink(cur, m);
+  // See the Note: never while unwinding, but for a timeout begun in the
+  // unwinding (Note [Timeouts begun while unwinding] in io/timeouts.cpp).
+  if (!m || std::uncaught_exceptions() != static_cast<int>(m->in_flight)) return nullptr;
+  unlink(cur, m);
   return m;
 }
 

@@ -49,7 +49,9 @@ enum class Posted : std::uint8_t {
 // unwinding (raising would terminate()), in a shielded wait, or - unless
 // ignore_mask - under uninterruptible_mask.  Throwers and shutdown's kill
 // (Note [Killing a blocked thread] in shutdown/shutdown.cpp) ask it.
-bool interruptible_wait(const Thread* t, bool ignore_mask) noexcept;
+// `in_flight`: the exceptions the message may find in flight in t (Note
+// [Timeouts begun while unwinding] in io/timeouts.cpp; 0 for all others).
+bool interruptible_wait(const Thread* t, bool ignore_mask, unsigned in_flight = 0) noexcept;
 
 // post_throw throws m->ex to the thread t that had id `id`.  Wait locks
 // must be on (enable_wait_locks).  Never blocks for long: callable from

@@ -41,6 +41,55 @@ TEST_P(Timeout, InterruptsABlockedTake) {
   });
 }
 
+// A timeout begun inside a destructor that an exception is running (a
+// flush on the error path) times out: its own catch lies inside the
+// destructor, so its time-out can be raised there (Note [Timeouts begun
+// while unwinding] in rts/io/timeouts.cpp).  It used to wait for its
+// function for ever.  A kill in the same place is still held back (raising
+// it would leave the destructor: std::terminate).
+TEST_P(Timeout, InsideADestructorRunByAnException) {
+  run([] {
+    mvar<int> never;
+    std::optional<int> got = 7;
+    std::chrono::nanoseconds took{};
+    struct flush {
+      mvar<int>& never;
+      std::optional<int>& got;
+      std::chrono::nanoseconds& took;
+      ~flush() {
+        auto t0 = Clock::now();
+        got = timeout(20ms, [&] { return never.take(); });
+        took = Clock::now() - t0;
+      }
+    };
+    try {
+      flush f{never, got, took};
+      throw std::runtime_error("the error path");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_FALSE(got.has_value());
+    EXPECT_GE(took, 20ms);
+    EXPECT_LT(took, 5s);
+    EXPECT_EQ(never.waiting(), 0u);
+    // Nested timeouts inside one: the inner one fires.
+    bool inner_fired = false;
+    struct nested {
+      bool& inner_fired;
+      ~nested() {
+        mvar<int> m;
+        inner_fired = !timeout(1s, [&] { return timeout(10ms, [&] { return m.take(); }).has_value(); })
+                           .value_or(true);
+      }
+    };
+    try {
+      nested n{inner_fired};
+      throw std::runtime_error("again");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_TRUE(inner_fired);
+  });
+}
+
 TEST_P(Timeout, InterruptsAComputation) {
   run(capstan_test::opts(caps(), 2ms), [] {
     std::atomic<bool> stop{false};

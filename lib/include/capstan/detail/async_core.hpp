@@ -27,6 +27,11 @@ struct throw_msg {
   // waits for it (a timeout's message, which its owner takes back itself).
   void (*on_done)(throw_msg*) noexcept = nullptr;
   void* waiter = nullptr;      // for on_done: whatever the thrower waits on
+  // Raise it only while exactly this many exceptions are in flight in the
+  // target (std::uncaught_exceptions()): 0, except for a timeout begun in
+  // a destructor run by an exception, whose catch lies inside that
+  // destructor (Note [Timeouts begun while unwinding], rts/io/timeouts.cpp).
+  unsigned in_flight = 0;
 };
 
 // timeout_frame: one timeout() in progress, innermost first.  Fields are
