@@ -96,6 +96,20 @@ void interrupt_all() noexcept {
 }  // namespace
 
 namespace {
+// not_raised: t's wait cannot take m now (t holds its wait_lock, which
+// this releases).  Queue m for t's next safe point, or - deadlock
+// detection, ignore_mask - leave t alone.
+Posted not_raised(Thread* t, ThrowMsg* m, bool ignore_mask) noexcept {
+  if (ignore_mask) {
+    t->wait_lock.unlock();
+    return Posted::gone;
+  }
+  append(t, m);
+  t->wait_lock.unlock();
+  interrupt_all();
+  return Posted::queued;
+}
+
 // maybe_interruptible: interruptible_wait without the unwinding test, which
 // needs the mvar's lock (see post_throw); the caller holds t's wait_lock.
 bool maybe_interruptible(const Thread* t, bool ignore_mask) noexcept {
@@ -142,14 +156,7 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
       // kill asks only under the lock too (request_kill).
       if (!interruptible_wait(t, ignore_mask, m->in_flight)) {
         mv->unlock();
-        if (ignore_mask) {
-          t->wait_lock.unlock();
-          return Posted::gone;
-        }
-        append(t, m);
-        t->wait_lock.unlock();
-        interrupt_all();
-        return Posted::queued;
+        return not_raised(t, m, ignore_mask);
       }
       detail::waiter* w = t->waiter;
       detail::wake_list own;
@@ -179,14 +186,7 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
       }
       return Posted::raised;
     }
-    if (ignore_mask) {
-      t->wait_lock.unlock();
-      return Posted::gone;
-    }
-    append(t, m);
-    t->wait_lock.unlock();
-    interrupt_all();
-    return Posted::queued;
+    return not_raised(t, m, ignore_mask);
   }
 }
 
