@@ -4,7 +4,8 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An idle runtime must cost no CPU, so after two consecutive ticks with every
 // capability idle the ticker parks on rt.ticker_parked (GHC stops its ticker
-// when the runtime is idle, too).  Hand-shake with a capability leaving idle():
+// when the runtime is idle, too) - but not on a tick that suspected or
+// broke a deadlock (see loop()).  Hand-shake with a capability leaving idle():
 //   ticker: ticker_parked = 1 (seq_cst); if n_idle != n_caps: resume;
 //           else futex_wait(ticker_parked, 1)
 //   cap:    n_idle -= 1 (seq_cst RMW); if ticker_parked: ticker_parked = 0;
