@@ -193,6 +193,8 @@ class mutex {
     // writes kWoken and kOwed without core_'s lock, and whoever takes the
     // mutex from them must see its critical section.
     for (std::uint32_t s = state_.load(std::memory_order_acquire);;) {
+      std::uint32_t to;
+      bool takes;  // `to` gives us the mutex; else it marks that we queue
       switch (kind(s)) {
         case kOwed:
           if (!competitor) return false;
@@ -200,37 +202,31 @@ class mutex {
           state_.store(core_.has_waiters() ? kContended : kHeld, std::memory_order_relaxed);
           return true;
         case kFree:
-          if (state_.compare_exchange_weak(s, kHeld, std::memory_order_acquire,
-                                           std::memory_order_acquire))
-            return true;
+          to = kHeld, takes = true;
           break;
         case kWoken:
           // The competitor takes it (a waiter got it: the count starts
           // again; others may be queued); anyone else barges.
-          if (state_.compare_exchange_weak(s, competitor ? kContended : word(kBarged, count(s) + 1),
-                                           std::memory_order_acquire, std::memory_order_acquire))
-            return true;
+          to = competitor ? kContended : word(kBarged, count(s) + 1), takes = true;
           break;
         case kHeld:
-          // core_'s lock orders this against unlock_slow; acquire only
-          // because a failed CAS must be (above), and the success order may
-          // not be weaker than the failure order before C++17 (GCC 12
-          // still warns).
-          if (state_.compare_exchange_weak(s, kContended, std::memory_order_acquire,
-                                           std::memory_order_acquire))
-            return false;
+          to = kContended, takes = false;
           break;
         case kBarged:
           if (!competitor) return false;
           // Back and beaten: re-queue, and the barger's unlock will find
           // kContended and wake us again.  The count stands.
-          if (state_.compare_exchange_weak(s, word(kContended, count(s)), std::memory_order_acquire,
-                                           std::memory_order_acquire))
-            return false;
+          to = word(kContended, count(s)), takes = false;
           break;
         default:  // kContended
           return false;
       }
+      // Acquire on success too: needed where we take the mutex; where we
+      // only mark it, core_'s lock orders us against unlock_slow, but the
+      // success order may not be weaker than the failure order before
+      // C++17 (GCC 12 still warns).
+      if (state_.compare_exchange_weak(s, to, std::memory_order_acquire, std::memory_order_acquire))
+        return takes;
     }
   }
 
