@@ -93,9 +93,6 @@ void interrupt_all() noexcept {
   for (Capability* c : rt.caps) c->context_switch.fetch_or(kInterrupt, std::memory_order_release);
 }
 
-}  // namespace
-
-namespace {
 // not_raised: t's wait cannot take m now (t holds its wait_lock, which
 // this releases).  Queue m for t's next safe point, or - deadlock
 // detection, ignore_mask - leave t alone.
@@ -160,8 +157,8 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
       }
       detail::waiter* w = t->waiter;
       detail::wake_list own;
-      detail::wake_list& regranted = defer ? *defer : own;  // Note [Leaving the shared_mutex queue]
-      detail::leave_queue(*mv, *w, regranted);
+      detail::wake_list& woken = defer ? *defer : own;
+      detail::leave_queue(*mv, *w, woken);  // Note [Leaving the shared_mutex queue]
       t->blocked_on = nullptr;
       t->waiter = nullptr;
       if (m->ex == detail::thread_killed_ptr()) {
@@ -178,12 +175,8 @@ Posted post_throw(Thread* t, std::uint64_t id, ThrowMsg* m, bool ignore_mask,
       t->wait_lock.unlock();
       mv->unlock();  // before waking: T may destroy the mvar as it unwinds
       m->outcome = ThrowMsg::raised;
-      if (defer) {
-        defer->add(t);
-      } else {
-        regranted.wake_all();
-        wake(t);
-      }
+      woken.add(t);
+      own.wake_all();  // empty if the caller wakes them (defer)
       return Posted::raised;
     }
     return not_raised(t, m, ignore_mask);
