@@ -27,6 +27,7 @@ models=(
   "io_wakeup|-DSAFETY||BROKEN BROKEN_ORDER BROKEN_GATE"
   "chan_wait|-DSAFETY||BROKEN BROKEN_WAKE BROKEN_SERVERS"
   "mutex_handoff|-DSAFETY -DCOLLAPSE||BROKEN BROKEN_OWED BROKEN_STORE"
+  "ticker_park|-DSAFETY||BROKEN BROKEN_WAKE BROKEN_SKIP"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")

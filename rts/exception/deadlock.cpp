@@ -88,7 +88,7 @@ bool quiet_now() {
   // nothing may ever take it again.  (A safe call and an
   // in-call in progress are counted below; a capability changing hands
   // has a queued thread, or its giver switches before the next tick.)
-  unsigned resting_caps = rt.n_idle.load(std::memory_order_seq_cst);
+  unsigned resting_caps = rt.n_idle(std::memory_order_seq_cst);
   for (Capability* c : rt.caps) {
     if (c->inbox.nonempty_seq_cst()) return false;  // work queued
     if (c->hold.load(std::memory_order_seq_cst) == Hold::free) {

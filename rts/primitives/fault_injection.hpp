@@ -7,7 +7,8 @@
 // tests set them (tests/rts/runtime/start_failure_test.cpp,
 // tests/rts/foreign/in_call_failure_test.cpp, tests/rts/task/start_test.cpp,
 // tests/rts/storage/stack_exhaustion_test.cpp,
-// tests/rts/task/spare_start_test.cpp);
+// tests/rts/task/spare_start_test.cpp,
+// tests/rts/exception/deadlock_test.cpp);
 // in a normal run every check
 // is one relaxed load of -1, on a path that is already slow (starting an
 // OS thread, making an in-call's thread).
@@ -30,6 +31,11 @@ inline std::atomic<bool> fail_stack_maps{false};
 // Not a countdown: while set, every start_os_thread fails with EAGAIN, as
 // under a thread limit (Note [No OS thread for a spare] in task/handover.cpp).
 inline std::atomic<bool> refuse_os_threads{false};
+// Not a countdown: microseconds the ticker sleeps between judging a quiet
+// tick (deadlock_tick) and parking, widening the window that Note
+// [Stopping the ticker] closes (tests/rts/exception/deadlock_test.cpp).
+// 0, the default: no sleep, one relaxed load on the way to parking.
+inline std::atomic<int> ticker_park_delay_us{0};
 
 // should_fail counts one attempt against `knob`: true if it must fail.
 inline bool should_fail(std::atomic<int>& knob) noexcept {

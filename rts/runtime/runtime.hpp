@@ -73,7 +73,15 @@ struct Runtime {
   std::atomic<bool> grace_over{false};
   std::atomic<bool> waits_need_lock{false};      // [atomic] Note [Wait locks] in schedule/raise.cpp
   std::atomic<bool> wait_locks_on{false};        // [atomic] the protocol of Note [Wait locks] is done
-  std::atomic<unsigned> n_idle{0};               // [atomic] capabilities in idle()
+  // [atomic] the capabilities in idle() (low 32 bits) and the number of
+  // times one has left idle() (high 32 bits, kIdleExit each), in one word
+  // so that the ticker can tell that none has left since it looked (Note
+  // [Stopping the ticker] in runtime/ticker.cpp).  Read the count with
+  // n_idle().
+  std::atomic<std::uint64_t> idle_word{0};
+  static constexpr std::uint64_t kIdleExit = std::uint64_t{1} << 32;
+  static unsigned idle_count(std::uint64_t word) noexcept { return static_cast<std::uint32_t>(word); }
+  unsigned n_idle(std::memory_order mo) const noexcept { return idle_count(idle_word.load(mo)); }
   std::atomic<unsigned> n_spinning{0};           // [atomic, relaxed] those of them spinning,
                                                  // not asleep: Note [Spinning only on a free CPU]
   std::atomic<std::int64_t> last_watch_wake_ns{0};  // [atomic, relaxed] Note [Stealing from a

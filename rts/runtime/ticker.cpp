@@ -4,20 +4,45 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An idle runtime must cost no CPU, so after two consecutive ticks with every
 // capability idle the ticker parks on rt.ticker_parked (GHC stops its ticker
-// when the runtime is idle, too) - but not on a tick that suspected or
-// broke a deadlock (see loop()).  Hand-shake with a capability leaving idle():
-//   ticker: ticker_parked = 1 (seq_cst); if n_idle != n_caps: resume;
+// when the runtime is idle, too) - but not on a tick that suspected a
+// deadlock: the next one confirms or clears the suspicion.
+// Parking promises that nothing needs a tick until a capability leaves
+// idle(): no slice runs to be expired, and the tick's other work -
+// deadlock detection above all - judges a state that only a busy
+// capability can change.  So the ticker parks only on a judgement of a
+// state that still holds: every capability was idle when the tick began
+// to look (e0, read before any_busy and deadlock_tick), and none has left
+// idle() since.  rt.idle_word counts both, the idle capabilities in its
+// low half and the exits from idle() in its high half.  Hand-shake with a
+// capability leaving idle():
+//   ticker: e0 = idle_word; judge the tick; ticker_parked = 1;
+//           if idle_word != e0 or count(e0) != n_caps: resume;
 //           else futex_wait(ticker_parked, 1)
-//   cap:    n_idle -= 1 (seq_cst RMW); if ticker_parked: ticker_parked = 0;
-//           futex_wake
-// All four accesses are seq_cst, so either the ticker sees the busy
-// capability or the capability sees the parked flag; FUTEX_WAIT re-checks
-// the word, so a wake between the check and the wait is not lost.  Losing a
-// tick would only delay a timeslice, but we do not lose it.  While deadlock
-// detection stands down for an outside OS thread, the parked ticker also
-// wakes on a timer to look again (deadlock_recheck), still parked: the
-// hand-shake is unchanged, and a capability that leaves idle meanwhile
-// ends the park as before.
+//   cap:    idle_word += kIdleExit - 1 (one RMW: one fewer idle, one
+//           more exit); if ticker_parked: ticker_parked = 0; futex_wake
+// All accesses are seq_cst.  If the capability's RMW precedes the
+// ticker's second load of idle_word in their single total order, that
+// load sees the exit count moved (it only grows; wrapping back to e0
+// takes 2^32 exits within one tick) and the ticker resumes; otherwise the
+// capability's load of ticker_parked follows the ticker's store, sees 1,
+// and wakes it.  FUTEX_WAIT re-checks the word, so a wake between the
+// check and the wait is not lost.  A count of n_caps at e0 and no exit
+// since means no capability ran in between.
+// The count alone, which the ticker once checked, was not enough: a
+// thread woken just after the judgement - by its timer, or by the deadlock
+// that tick had just broken - could run, block for good and let its
+// capability re-enter idle() before the check, which then read n_caps
+// again; the ticker parked on a judgement ("a timer is pending", "no
+// deadlock yet") that no longer held, nothing left idle() again to wake
+// it, and the deadlock was never found.  The Async test of a deadlocked
+// child cancelled under uninterruptible_mask hung so about one run in
+// three under ThreadSanitizer at -N4 (two deadlocks in a row);
+// Deadlock.FoundWhenTheLastThreadBlocksAsTheTickerParks widens the window
+// to make it every run.  The exit count costs nothing: the RMW was there.
+// While deadlock detection stands down for an outside OS thread, the
+// parked ticker also wakes on a timer to look again (deadlock_recheck),
+// still parked: the hand-shake is unchanged, and a capability that leaves
+// idle meanwhile ends the park as before.
 #include "runtime/ticker.hpp"
 
 #include <pthread.h>
@@ -194,6 +219,8 @@ void Ticker::loop() {
         give_capability_to_spare(c);
     bool expire = ticks_per_slice_ != 0 && ++slice_ticks >= ticks_per_slice_;
     if (expire) slice_ticks = 0;
+    // Note [Stopping the ticker]: what this tick's judgement rests on.
+    std::uint64_t idle_seen = rt.idle_word.load(std::memory_order_seq_cst);
     bool any_busy = false;
     for (Capability* c : rt.caps) {
       if (!resting(c)) {
@@ -206,18 +233,15 @@ void Ticker::loop() {
     DeadlockTick dl = DeadlockTick::none;
     if (any_busy) deadlock_reset();
     else dl = deadlock_tick();
-    // Not parked on a tick that broke a deadlock: the threads it woke are
-    // only in inboxes yet.  Parking there left the ticker parked while
-    // they ran and deadlocked again, so the second deadlock was never
-    // found (Async.LeavingAScopeWhoseChildIsDeadlockedUnderUninterruptibleMask,
-    // two deadlocks in a row: about one run in three under ThreadSanitizer
-    // at -N4; the ticker sat in the untimed wait below).  Which hand-over
-    // missed the hand-shake of Note [Stopping the ticker] was not found;
-    // ticking on costs one tick, after which the ticker parks as usual.
-    if (idle_ticks >= 2 && dl != DeadlockTick::suspected && dl != DeadlockTick::broken &&
+    if (idle_ticks >= 2 && dl != DeadlockTick::suspected &&
         !rt.shutting_down.load(std::memory_order_relaxed)) {
+      if (int us = fault_injection::ticker_park_delay_us.load(std::memory_order_relaxed)) [[unlikely]]
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
       rt.ticker_parked.store(1, std::memory_order_seq_cst);
-      if (rt.n_idle.load(std::memory_order_seq_cst) == rt.n_caps) {
+      // Note [Stopping the ticker]: every capability idle when the tick
+      // looked, and none has left idle() since.
+      if (rt.idle_word.load(std::memory_order_seq_cst) == idle_seen &&
+          Runtime::idle_count(idle_seen) == rt.n_caps) {
         rt.arena.release_warm();  // Note [Trimming when idle]
         // Stood down for an outside OS thread (Note [Deadlock detection]):
         // look again after kFirstRecheckNs, then at doubling intervals up

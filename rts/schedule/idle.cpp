@@ -124,7 +124,7 @@ constexpr unsigned kSparkRounds = 20;
 // may_spin: see Note [Spinning only on a free CPU].  The caller is idle and
 // not yet counted as spinning.
 bool may_spin() {
-  unsigned busy = rt.n_caps - rt.n_idle.load(std::memory_order_relaxed);
+  unsigned busy = rt.n_caps - rt.n_idle(std::memory_order_relaxed);
   return busy + rt.n_spinning.load(std::memory_order_relaxed) < rt.n_cpus;
 }
 
@@ -159,7 +159,7 @@ bool try_sparks(Capability* cap, bool* asked) {
 }  // namespace
 
 void idle(Task* task, Capability* cap) {
-  rt.n_idle.fetch_add(1, std::memory_order_seq_cst);
+  rt.idle_word.fetch_add(1, std::memory_order_seq_cst);
   cap->idle.store(true, std::memory_order_relaxed);
   if (rt.tracing) [[unlikely]]
     trace_idle(cap, true);
@@ -244,7 +244,8 @@ void idle(Task* task, Capability* cap) {
     found = inbox_or_stop(cap);  // else spin again: woken for sparks, or spuriously
   }
   cap->idle.store(false, std::memory_order_relaxed);
-  rt.n_idle.fetch_sub(1, std::memory_order_seq_cst);
+  // One fewer idle, one more exit, in one RMW (Runtime::idle_word).
+  rt.idle_word.fetch_add(Runtime::kIdleExit - 1, std::memory_order_seq_cst);
   // Note [Stopping the ticker]: a busy capability needs the ticker back.
   if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
     rt.ticker_parked.store(0, std::memory_order_seq_cst);

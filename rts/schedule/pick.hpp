@@ -40,7 +40,7 @@ static inline Thread* pick(Capability* cap) {
   if (left == 0) {
     cap->long_queue_since_ns = 0;
   } else if (left >= kPushThreshold &&
-             rt.n_idle.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+             rt.n_idle(std::memory_order_relaxed) != 0) [[unlikely]] {
     if (long_queue_wants_push(cap)) push_work(cap);
   }
   // Note [Bound threads]: another Task's bound thread is run by that Task;

@@ -6,7 +6,7 @@
 // some to an idle capability, rather than idle capabilities stealing them.
 // The run queue stays owner-private (no fences on the hot path).  A push
 // happens only when it can pay off:
-//  * some capability is idle (n_idle, a relaxed hint: a stale read costs one
+//  * some capability is idle (rt.n_idle(), a relaxed hint: a stale read costs one
 //    missed or one useless push, never correctness);
 //  * at least kPushThreshold threads wait; and
 //  * the queue has stayed long for kLongQueueNs: it has not emptied since we
@@ -51,7 +51,7 @@ constexpr std::int64_t kLongQueueNs = 50'000;
 }  // namespace
 
 void push_work(Capability* cap) {
-  unsigned busy = rt.n_caps - rt.n_idle.load(std::memory_order_relaxed);
+  unsigned busy = rt.n_caps - rt.n_idle(std::memory_order_relaxed);
   if (busy >= rt.n_cpus) return;  // no free CPU: see the Note
   // The target: an idle capability that is still spinning (awake: no
   // futex wake-up), else the lowest-numbered idle one, so that the same

@@ -218,7 +218,7 @@ void StallTicker::tick() {
     if (e == epochs_[c->no] && candidate(c)) stalled = true;
     epochs_[c->no] = e;
   }
-  if (stalled && rt.n_idle.load(std::memory_order_relaxed) != 0) wake_one_sleeper();
+  if (stalled && rt.n_idle(std::memory_order_relaxed) != 0) wake_one_sleeper();
 }
 
 }  // namespace capstan::rts

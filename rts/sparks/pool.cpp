@@ -318,7 +318,7 @@ using namespace capstan::rts;
 // And it wakes nobody while every CPU already has a busy or spinning
 // capability (Note [Spinning only on a free CPU] in schedule/idle.cpp).
 void spark_wake_sleeper() noexcept {
-  unsigned busy = rt.n_caps - rt.n_idle.load(std::memory_order_relaxed);
+  unsigned busy = rt.n_caps - rt.n_idle(std::memory_order_relaxed);
   if (busy + rt.n_spinning.load(std::memory_order_relaxed) >= rt.n_cpus) return;
   wake_one_sleeper();
 }

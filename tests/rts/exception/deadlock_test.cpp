@@ -6,6 +6,7 @@
 
 #include "capstan/capstan.hpp"
 #include "capstan_test.hpp"
+#include "primitives/fault_injection.hpp"
 
 using namespace capstan;
 using namespace std::chrono_literals;
@@ -151,6 +152,78 @@ TEST_P(Deadlock, EveryVictimHearsOfItEvenIfAnotherReleasesItsLock) {
     }
   }
   EXPECT_EQ(returned, 0) << "main took a mutex released by another victim's unwinding";
+}
+
+// Note [Stopping the ticker]: the last thread wakes from a sleep, runs and
+// blocks for good while the ticker is between judging its tick (a timer
+// pending: no deadlock) and parking.  The ticker must not park on that
+// stale judgement: nothing would wake it, and the deadlock would never be
+// found.  The test widens the window to 100 ms (ticker_park_delay_us) and
+// puts the thread's wake-up inside it; a watchdog (an outside OS thread,
+// hence `force`) fills the mvar after 5 s so that a failure fails instead
+// of hanging.
+TEST_P(Deadlock, FoundWhenTheLastThreadBlocksAsTheTickerParks) {
+  namespace fi = capstan::rts::fault_injection;
+  options o = capstan_test::opts(caps());
+  o.deadlock_detection = options::deadlock::force;
+  mvar<int> never;
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    auto until = std::chrono::steady_clock::now() + 5s;
+    while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
+  });
+  fi::ticker_park_delay_us.store(100'000);
+  bool raised = false;
+  auto t0 = std::chrono::steady_clock::now();
+  run(o, [&] {
+    sleep_for(30ms);  // two idle ticks (a timer pending), then the delayed park
+    try {
+      never.take();
+    } catch (const blocked_indefinitely&) {
+      raised = true;
+    }
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0).count();
+  fi::ticker_park_delay_us.store(0);
+  done.store(true);
+  watchdog.join();
+  EXPECT_TRUE(raised) << "the ticker parked on a stale judgement: the deadlock was not found";
+  EXPECT_LT(ms, 2000);
+  EXPECT_EQ(statistics().deadlocks_detected, raised ? 1u : 0u);
+}
+
+// The same window after a tick that broke a deadlock: main, woken by it,
+// blocks for good again while the ticker is on its (delayed) way to park.
+// The second deadlock is found too.
+TEST_P(Deadlock, TwoDeadlocksInARowWhileTheTickerIsOnItsWayToPark) {
+  namespace fi = capstan::rts::fault_injection;
+  options o = capstan_test::opts(caps());
+  o.deadlock_detection = options::deadlock::force;
+  mvar<int> never;
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    auto until = std::chrono::steady_clock::now() + 5s;
+    while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
+  });
+  fi::ticker_park_delay_us.store(100'000);
+  int raised = 0;
+  run(o, [&] {
+    for (int i = 0; i < 2; ++i) {
+      try {
+        never.take();
+      } catch (const blocked_indefinitely&) {
+        ++raised;
+      }
+    }
+  });
+  fi::ticker_park_delay_us.store(0);
+  done.store(true);
+  watchdog.join();
+  EXPECT_EQ(raised, 2) << "the second deadlock was not found";
+  EXPECT_EQ(statistics().deadlocks_detected, static_cast<unsigned>(raised));
 }
 
 // Not while a timer is pending: a sleeper will put.

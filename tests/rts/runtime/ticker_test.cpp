@@ -52,7 +52,7 @@ class TickerUnit : public ::testing::Test {
     }
     rt.n_caps = 2;
     idle()->idle.store(true);
-    rt.n_idle.store(1);
+    rt.idle_word.store(1);
     rt.ticker_parked.store(0);
     rt.peak_live.store(0);
   }
@@ -60,7 +60,7 @@ class TickerUnit : public ::testing::Test {
     ticker_.stop();
     rt.caps.clear();
     rt.n_caps = 0;
-    rt.n_idle.store(0);
+    rt.idle_word.store(0);
     rt.shutting_down.store(was_shutting_down_);
   }
   Capability* idle() { return caps_[0].get(); }
@@ -106,7 +106,7 @@ TEST_F(TickerUnit, AtMinusC0TheTickerStillExpiresBusyCapabilities) {
 
 TEST_F(TickerUnit, ParksOnceEveryCapabilityIsIdle) {
   busy()->idle.store(true);
-  rt.n_idle.store(2);
+  rt.idle_word.store(2);
   ticker_.start(microseconds(1000));
   // Asleep on the parked word, with no time-out: it ticks no more.
   ASSERT_TRUE(eventually([] { return thread_sleeps_on(&rt.ticker_parked); }));
@@ -123,7 +123,7 @@ TEST_F(TickerUnit, DoesNotParkWhileOneCapabilityIsBusy) {
 
 TEST_F(TickerUnit, StopWakesAParkedTicker) {
   busy()->idle.store(true);
-  rt.n_idle.store(2);
+  rt.idle_word.store(2);
   ticker_.start(microseconds(1000));
   ASSERT_TRUE(eventually([] { return thread_sleeps_on(&rt.ticker_parked); }));
   ticker_.stop();  // joins: a ticker that stayed parked would hang here
@@ -142,7 +142,7 @@ TEST(TickerRuntime, ParksWhenTheRuntimeIsIdleAndComesBackWhenWorkArrives) {
     // rt exists only between run()'s start and end: read it only once main runs.
     if (!eventually([&] { return alive.load(); })) failed.store(true);
     bool parked = !failed.load() && eventually([] {
-      return rt.n_idle.load() == 2 && thread_sleeps_on(&rt.ticker_parked);  // -N2 below
+      return rt.n_idle(std::memory_order_seq_cst) == 2 && thread_sleeps_on(&rt.ticker_parked);  // -N2 below
     });
     parked_seen.store(parked);
     if (!parked) failed.store(true);
