@@ -28,6 +28,7 @@ models=(
   "chan_wait|-DSAFETY||BROKEN BROKEN_WAKE BROKEN_SERVERS"
   "mutex_handoff|-DSAFETY -DCOLLAPSE||BROKEN BROKEN_OWED BROKEN_STORE"
   "ticker_park|-DSAFETY||BROKEN BROKEN_WAKE BROKEN_SKIP"
+  "wait_locks|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_ORDER"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")

@@ -89,17 +89,19 @@ void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
 // takes w back out, unlocks m and raises it.  Deciding under wait_lock is
 // what makes a racing thrower either see the wait or leave its message
 // for us (Note [Raising asynchronously] in schedule/raise.cpp).
-void publish_wait(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_token) {
+void publish_wait(mvar_core& m, waiter& w, rts::Capability* cap, Thread* cur,
+                  std::uint64_t timed_token) {
   w.thread = cur;
   // For dumps and the trace only: kind and what, adjacent in both, in one
   // two-byte copy (two byte copies cost four instructions per block).
   static_assert(offsetof(waiter, what) == offsetof(waiter, kind) + 1 &&
                 sizeof(rts::Thread::WaitTag) == 2);
   std::memcpy(&cur->wait_tag, &w.kind, 2);
-  if (!w.timed && !rts::rt.waits_need_lock.load(std::memory_order_relaxed)) [[likely]] {
+  if (!w.timed && rts::begin_unlocked_wait_write(cap)) [[likely]] {
     // Nobody has thrown to anyone yet (throwing turns the locks on first).
     cur->blocked_on = &m;
     cur->waiter = &w;
+    rts::end_unlocked_wait_write(cap);
     return;
   }
   cur->wait_lock.lock();  // Note [Killing a blocked thread]
@@ -185,7 +187,7 @@ void mvar_core::park_wait(waiter& w) {
   Thread* cur = task->cap->current;
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
   if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts_or_leave(*this, w, cur);
-  publish_wait(*this, w, cur, 0);
+  publish_wait(*this, w, task->cap, cur, 0);
   rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
 }
 
@@ -200,7 +202,7 @@ void mvar_core::park_shielded(waiter& w) {
   // queues its message for the next safe point after the wait, and
   // request_kill and break_deadlock pass it by (waiter::shielded).
   w.shielded = true;
-  publish_wait(*this, w, cur, 0);
+  publish_wait(*this, w, task->cap, cur, 0);
   rts::park_current(task, cur, &locked_);
 }
 
@@ -279,7 +281,7 @@ void mvar_core::park_timed_wait(waiter& w, long long ns) {
   w.timed = true;
   if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts_or_leave(*this, w, cur);
   std::uint64_t token = ++cur->timed_next;
-  publish_wait(*this, w, cur, token);  // under wait_lock: the timer reads it (Note [Timed takes])
+  publish_wait(*this, w, task->cap, cur, token);  // under wait_lock: the timer reads it (Note [Timed takes])
   rts::TimerRef timer;
   try {
     timer = rts::io_add_timeout(ns, &expire_timed_take, cur, token);
@@ -308,17 +310,18 @@ Thread* mvar_core::serve(waiter& w) noexcept {
   Thread* t = w.thread;
   rts::Task* me = rts::my_task_before_switch();
   // (!me first: off the runtime's threads there may be no Runtime to read.)
-  if (!me || !me->cap || w.timed || rts::rt.waits_need_lock.load(std::memory_order_relaxed))
-      [[unlikely]] {
+  if (me && me->cap && !w.timed && rts::begin_unlocked_wait_write(me->cap)) [[likely]] {
+    t->blocked_on = nullptr;
+    t->waiter = nullptr;
+    rts::end_unlocked_wait_write(me->cap);
+  } else {
     // (An OS thread holding no capability - a plain thread, or one inside
-    // safe_call - is not covered by the killer's quiescence check.)
+    // safe_call - is not covered by enable_wait_locks' wait: it has no
+    // capability to mark.)
     t->wait_lock.lock();  // Note [Killing a blocked thread]
     t->blocked_on = nullptr;
     t->waiter = nullptr;
     t->wait_lock.unlock();
-  } else {
-    t->blocked_on = nullptr;
-    t->waiter = nullptr;
   }
   w.outcome = waiter::served;  // last touch of w
   return t;

@@ -45,10 +45,10 @@ void notify_shutdown() {
 // stack to the capability's pool and the Thread to its free list.
 [[noreturn]] void finish_current(Thread* self) {
   unlink_from_home(self);
-  finish_pending(self);  // throwers waiting on us return (Note [Raising asynchronously])
-  self->state = ThreadState::finished;
   Task* task = my_task();
   Capability* cap = task->cap;
+  finish_pending(self, cap);  // throwers waiting on us return (Note [Raising asynchronously])
+  self->state = ThreadState::finished;
   cap->threads_finished.add();
   if (rt.shutting_down.load(std::memory_order_acquire)) [[unlikely]] notify_shutdown();
   // A fork_os or in-call thread's Task leaves with it (Note [Bound threads]).

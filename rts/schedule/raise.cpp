@@ -227,10 +227,11 @@ void raise_interrupted(Thread* cur) {
   std::rethrow_exception(std::move(ex));
 }
 
-void finish_pending(Thread* self) noexcept {
-  if (!rt.waits_need_lock.load(std::memory_order_relaxed)) {
+void finish_pending(Thread* self, Capability* cap) noexcept {
+  if (begin_unlocked_wait_write(cap)) {
     // Nobody has posted in this run (posting turns wait locks on first).
     self->live_id.store(0, std::memory_order_relaxed);
+    end_unlocked_wait_write(cap);
     return;
   }
   settle_pending(self, /*finished=*/true);
@@ -272,37 +273,49 @@ void expire_due_timeouts(Thread* cur) {
 // timer, the shutdown killer.  Before that, an mvar hand-off would pay two
 // locked instructions for nobody, so blockers and wakers skip the lock while
 // rt.waits_need_lock is false.  Turning it on is an asymmetric fence (as in
-// userspace RCU or folly's asymmetricHeavyBarrier):
+// userspace RCU or folly's asymmetricHeavyBarrier).  Each unlocked write is
+// bracketed by its capability's unlocked_wait_write (raise.hpp):
+//   writer, holding c: c->unlocked_wait_write = 1 (relaxed, then a
+//           compiler barrier); if waits_need_lock: store 0, take the lock;
+//           else write the fields, then unlocked_wait_write = 0 (release)
+//   enabler:
 //   1. waits_need_lock = true (seq_cst);
 //   2. membarrier(PRIVATE_EXPEDITED): every running thread of the process
-//      executes a full barrier, so every later read of the flag sees true;
-//   3. wait until every other capability has made a scheduling decision
-//      (sched_epoch moved, read with acquire) or is idle or free: an mvar
-//      operation that read false before step 2 has then finished, and its
-//      writes to blocked_on happen-before our reads.
+//      executes a full barrier;
+//   3. for every other capability, wait while unlocked_wait_write is 1
+//      (acquire).
+// A writer whose load of the flag follows its CPU's barrier of step 2
+// reads true (stored before it) and takes the lock.  One whose load
+// precedes that barrier had its store of 1 drained by it (on x86 a store
+// may wait in the store buffer past a later load; the barrier ends that),
+// so step 3 reads that 1 - then waits - or the 0 stored after the writes,
+// whose release makes them happen-before all the enabler does next.  A
+// writer's OS thread not on a CPU at step 2 was switched out by the
+// kernel, a full barrier too.  The wait lasts a few instructions.
+// Step 3 used to wait, instead, until every other busy capability had
+// made a scheduling decision: a proxy for "no unlocked write in progress"
+// that a thread computing without a safe point held up for as long as it
+// computed, so the run's first throw_to, kill_thread, state_of or timeout
+// waited behind any hog (WaitLocks.TheFirstThrowDoesNotWaitForAHog).  The
+// markers cost the hand-off two plain stores per block and per wake (a
+// mov each on x86) to a line the holder writes anyway (sched_epoch).
 // Concurrent callers each run the steps (they are idempotent) and each
 // returns only after its own step 3, so nobody proceeds early; wait_locks_on
-// lets later callers skip all of it.  OS threads that run no green thread
-// (try_put from a plain thread) always take the lock; so does everyone if
-// membarrier is unavailable.  Once on, the lock stays on for the run.
+// lets later callers skip all of it.  OS threads that hold no capability
+// (try_put from a plain thread, a thread inside safe_call) always take the
+// lock; so does everyone if membarrier is unavailable.  Once on, the lock
+// stays on for the run.
 void enable_wait_locks() {
   if (rt.wait_locks_on.load(std::memory_order_acquire)) [[likely]] return;
   rt.waits_need_lock.store(true, std::memory_order_seq_cst);
   if (rt.membarrier_ok) {
     syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-    Capability* mine = my_task()->cap;
-    std::vector<std::uint64_t> seen;
-    for (Capability* c : rt.caps) seen.push_back(c->sched_epoch.load(std::memory_order_acquire));
-    for (std::size_t i = 0; i < rt.caps.size(); ++i) {
-      Capability* c = rt.caps[i];
-      if (c == mine) continue;
-      // A free capability runs nothing (a capless Task always takes the lock).
-      while (c->sched_epoch.load(std::memory_order_acquire) == seen[i] &&
-             !c->idle.load(std::memory_order_acquire) &&
-             c->hold.load(std::memory_order_acquire) != Hold::free) {
-        interrupt_capability(c);
-        capstan::yield();
-      }
+    Task* me = my_task();
+    Capability* mine = me ? me->cap : nullptr;
+    for (Capability* c : rt.caps) {
+      if (c == mine) continue;  // we are not inside a write
+      SpinWait wait;
+      while (c->unlocked_wait_write.load(std::memory_order_acquire) != 0) wait.turn();
     }
   }
   rt.wait_locks_on.store(true, std::memory_order_release);

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "capability/capability.hpp"
 #include "capstan/detail/bridge.hpp"
+#include "runtime/runtime.hpp"
 #include "thread/thread.hpp"
 
 namespace capstan::rts {
@@ -71,13 +73,33 @@ void expire_due_timeouts(Thread* cur);
 // target already took it (its on_done is then being called).
 bool retract_throw(Thread* t, ThrowMsg* m) noexcept;
 
-// finish_pending, when `self` finishes: it is no longer a target, and
-// every thrower still waiting is told so (target_finished).
-void finish_pending(Thread* self) noexcept;
+// finish_pending, when `self` finishes on `cap` (held): it is no longer a
+// target, and every thrower still waiting is told so (target_finished).
+void finish_pending(Thread* self, Capability* cap) noexcept;
 // settle_pending ends every throw queued on self as if self had finished
 // (the throwers return), and if `finished` marks self finished for new
 // ones; finish_pending is it for a thread that ends.
 void settle_pending(Thread* self, bool finished) noexcept;
+
+// begin_unlocked_wait_write: about to write a wait field (blocked_on,
+// waiter, live_id) of a thread on `cap`, held by the caller.  True: wait
+// locks are off, write without Thread::wait_lock, then call
+// end_unlocked_wait_write; false: take the lock.  Note [Wait locks].
+inline bool begin_unlocked_wait_write(Capability* cap) noexcept {
+  cap->unlocked_wait_write.store(1, std::memory_order_relaxed);
+  // A compiler barrier only: the store above must not sink below the load
+  // of the flag.  The CPU's side of the ordering (x86 lets a store wait
+  // in its buffer past a later load) is enable_wait_locks' membarrier.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (!rt.waits_need_lock.load(std::memory_order_relaxed)) [[likely]] return true;
+  cap->unlocked_wait_write.store(0, std::memory_order_relaxed);
+  return false;
+}
+// end_unlocked_wait_write: the unlocked writes are done; the release
+// hands them to an enable_wait_locks that waits for this store.
+inline void end_unlocked_wait_write(Capability* cap) noexcept {
+  cap->unlocked_wait_write.store(0, std::memory_order_release);
+}
 
 // enable_wait_locks turns on Thread::wait_lock for every blocker and waker
 // and returns once nobody can still be skipping it (Note [Wait locks]).

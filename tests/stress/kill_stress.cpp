@@ -235,4 +235,84 @@ TEST_P(UnwindingStress, AThrowNeverLandsInAThreadBlockedWhileUnwinding) {
   EXPECT_EQ(poked.load() + done.load(), kRounds);
 }
 
+// Note [Wait locks]: until a run's first throw, blockers and wakers write
+// blocked_on/waiter without the wait lock; the first throw turns the locks
+// on and waits only for the unlocked writes in progress on the other
+// capabilities.  Here each run's first throw lands, after a random number
+// of hand-offs, on a thread of one of several pairs handing a value back
+// and forth across capabilities (every block and wake skipping the lock),
+// while the others carry on.  A write the thrower did not wait for would
+// leave it reading a stale wait: it would queue the exception for a safe
+// point its parked target never reaches (kill_thread hangs: the watchdog),
+// or unlink a waiter from an mvar the target had left.  Every thread must
+// die of its kill exactly once.
+class FirstThrowStress : public ::testing::TestWithParam<unsigned> {};
+
+INSTANTIATE_TEST_SUITE_P(, FirstThrowStress, ::testing::Values(2u, 4u),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST_P(FirstThrowStress, TheFirstThrowOfARunLandsAmongUnlockedHandOffs) {
+  stress::Watchdog dog(std::chrono::seconds(240), "the first throw of a run");
+  constexpr unsigned kPairs = 4;
+  const int kRuns = 400 / static_cast<int>(stress::kScale);
+  const unsigned caps = GetParam();
+  std::mt19937_64 rng(stress::seed());
+  long first_hops = 0;
+  for (int run_no = 0; run_no < kRuns; ++run_no) {
+    const unsigned victim = static_cast<unsigned>(rng() % (2 * kPairs));
+    const long wait_hops = static_cast<long>(rng() % 2000);
+    std::atomic<int> killed{0};
+    capstan::run(capstan_test::opts(caps), [&] {
+      struct Pair {
+        mvar<long> there, back;
+        std::atomic<long> hops{0};
+      };
+      std::vector<std::unique_ptr<Pair>> pairs;
+      std::vector<thread_id> threads;
+      for (unsigned i = 0; i < kPairs; ++i) {
+        pairs.push_back(std::make_unique<Pair>());
+        Pair& p = *pairs.back();
+        threads.push_back(fork_on(i % caps, [&p, &killed] {
+          try {
+            for (long v = 0;; ++v) {
+              p.there.put(v);
+              v = p.back.take();
+              p.hops.fetch_add(1, std::memory_order_relaxed);
+            }
+          } catch (const thread_killed&) {
+            killed.fetch_add(1);
+            throw;
+          }
+        }));
+        threads.push_back(fork_on((i + 1) % caps, [&p, &killed] {
+          try {
+            for (;;) p.back.put(p.there.take() + 1);
+          } catch (const thread_killed&) {
+            killed.fetch_add(1);
+            throw;
+          }
+        }));
+      }
+      // The run's first throw, once every pair has started (a thread killed
+      // before it starts never runs its handler) and the victim's has made
+      // wait_hops hand-offs (a pair on main's capability needs main to
+      // yield).
+      for (auto& p : pairs)
+        while (p->hops.load(std::memory_order_relaxed) == 0) yield();
+      Pair& target = *pairs[victim / 2];
+      for (int spins = 0; target.hops.load(std::memory_order_relaxed) < wait_hops && spins < 100000; ++spins)
+        yield();
+      first_hops += target.hops.load(std::memory_order_relaxed);
+      kill_thread(threads[victim]);
+      for (thread_id t : threads) kill_thread(t);
+      for (thread_id t : threads) {
+        while (state_of(t) == thread_state::running || state_of(t) == thread_state::blocked) yield();
+        ASSERT_EQ(state_of(t), thread_state::died);
+      }
+    });
+    ASSERT_EQ(killed.load(), static_cast<int>(2 * kPairs)) << "run " << run_no;
+  }
+  EXPECT_GT(first_hops, 0) << "no first throw met hand-offs in progress";
+}
+
 }  // namespace

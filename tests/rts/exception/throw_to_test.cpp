@@ -282,4 +282,34 @@ TEST_P(ThrowTo, MisuseIsReported) {
 
 CAPSTAN_INSTANTIATE_CAPS(ThrowTo);
 
+// Note [Wait locks]: the run's first throw turns the wait locks on, and
+// waits only for writes in progress - not for a thread on another
+// capability that computes without a safe point.  The hog stops only when
+// told (or after 10 s); main kills a blocked thread first, then tells it.
+// A kill that waited for the hog's next scheduling decision would return
+// only after the hog's 10 s were up.
+TEST(WaitLocks, TheFirstThrowDoesNotWaitForAHog) {
+  std::atomic<bool> hog_started{false}, stop{false}, hog_done{false};
+  bool hog_ran_through_the_kill = false;
+  run(capstan_test::opts(2), [&] {
+    thread_id hog = fork_on(1, [&] {
+      hog_started.store(true);
+      auto end = std::chrono::steady_clock::now() + 10s;
+      while (!stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < end) {
+      }
+      hog_done.store(true);
+    });
+    (void)hog;
+    mvar<int> never;
+    thread_id victim = fork_on(0, [&] { never.take(); });
+    ASSERT_TRUE(green_wait_until([&] { return hog_started.load(); }));
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 1; }));
+    kill_thread(victim);  // the run's first throw
+    hog_ran_through_the_kill = !hog_done.load();
+    stop.store(true);
+    EXPECT_TRUE(green_wait_until([&] { return state_of(victim) == thread_state::died; }));
+  });
+  EXPECT_TRUE(hog_ran_through_the_kill) << "the first kill waited for the hog to stop";
+}
+
 }  // namespace
