@@ -52,7 +52,9 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "capstan/errors.hpp"
 #include "thread/dump.hpp"
@@ -194,11 +196,16 @@ unsigned break_deadlock() {
   //    every thread blocked on a throw alone).  Raised, it saw
   //    blocked_indefinitely instead of its kill landing: ~async, whose
   //    cancel kills under uninterruptible_mask and is noexcept,
-  //    terminated the program.  A thrower whose target is not raised here
-  //    - another thrower (two masked threads throwing to each other), or
-  //    a thread no exception can reach (unwinding) - is raised, or it
-  //    would wait for ever.  So the non-throwers go first, then the
-  //    throwers whose target is not among them.
+  //    terminated the program.  So is a thrower whose target is a thrower
+  //    left alone: that one returns, and leaves its mask or blocks
+  //    interruptibly later, where the throw lands - or blocks for good,
+  //    and the next deadlock is found.  A thrower whose target is
+  //    neither - another thrower in a cycle (two masked threads throwing
+  //    to each other), a chain ending in one, or a thread no exception
+  //    can reach (unwinding) - is raised, or it would wait for ever.  So
+  //    the non-throwers go first; then the throwers left alone, grown
+  //    from the raised targets back along the chains until nothing
+  //    changes; then the rest.
   //  * Every victim is dequeued before any is woken: a victim woken early
   //    could run on another capability and unwind, releasing a mutex or
   //    filling an mvar that another victim waits on, which then took the
@@ -206,25 +213,49 @@ unsigned break_deadlock() {
   //    200 at -N4).
   detail::wake_list woken;
   std::unordered_set<const Thread*> raised;
-  for (bool throwers : {false, true}) {
-    for (Capability* c : rt.caps) {
-      c->all_lock.lock();
-      for (Thread* t = c->all_head; t; t = t->all_next) {
-        // Every capability is idle: the wait's tag and waiter are settled.
-        if ((snap(t->wait_tag.what) == detail::waiter::throw_to) != throwers) continue;
-        if (throwers) {
-          detail::waiter* w = snap(t->waiter);
-          if (w && raised.count(static_cast<const Thread*>(w->slot))) continue;
-        }
-        ThrowMsg m;
-        m.ex = ex;
-        if (post_throw(t, t->live_id.load(std::memory_order_relaxed), &m, /*ignore_mask=*/true,
-                       &woken) == Posted::raised)
-          raised.insert(t);
+  auto raise = [&](Thread* t) {
+    ThrowMsg m;
+    m.ex = ex;
+    if (post_throw(t, t->live_id.load(std::memory_order_relaxed), &m, /*ignore_mask=*/true,
+                   &woken) == Posted::raised)
+      raised.insert(t);
+  };
+  // Every capability is idle: the waits' tags and waiters are settled, and
+  // no thread ends before we wake the victims (so the pointers below stay
+  // good once all_lock is let go).
+  struct Thrower {
+    Thread* thread;
+    const Thread* target;
+  };
+  std::vector<Thrower> throwers;
+  for (Capability* c : rt.caps) {
+    c->all_lock.lock();
+    for (Thread* t = c->all_head; t; t = t->all_next) {
+      if (snap(t->wait_tag.what) == detail::waiter::throw_to) {
+        detail::waiter* w = snap(t->waiter);
+        throwers.push_back({t, w ? static_cast<const Thread*>(w->slot) : nullptr});
+      } else {
+        raise(t);
       }
-      c->all_lock.unlock();
     }
+    c->all_lock.unlock();
   }
+  // Left alone: the throwers reached from a raised thread backwards along
+  // the throw edges (each thread and edge once, however long the chains).
+  std::unordered_multimap<const Thread*, const Thread*> by_target;
+  for (const Thrower& th : throwers)
+    if (th.target) by_target.emplace(th.target, th.thread);
+  std::unordered_set<const Thread*> alone;
+  std::vector<const Thread*> frontier(raised.begin(), raised.end());
+  while (!frontier.empty()) {
+    const Thread* x = frontier.back();
+    frontier.pop_back();
+    auto [from, to] = by_target.equal_range(x);
+    for (auto it = from; it != to; ++it)
+      if (alone.insert(it->second).second) frontier.push_back(it->second);
+  }
+  for (const Thrower& th : throwers)
+    if (!alone.count(th.thread)) raise(th.thread);
   auto n = static_cast<unsigned>(raised.size());
   woken.wake_all();
   return n;

@@ -125,6 +125,62 @@ TEST_P(Deadlock, ThrowersAtEachOtherAreNotLeftBlocked) {
   });
 }
 
+// A chain of throwers: A throws to B, which (uninterruptibly masked)
+// throws to C, blocked for good under uninterruptible_mask.  C is raised;
+// B, whose target is raised, is left alone and returns once C has taken
+// its exception; A's target B will then unmask and take A's exception, so
+// A is left alone too (Note [Breaking a deadlock]).  Raised, A's throw_to
+// failed with blocked_indefinitely although its throw would have landed.
+TEST_P(Deadlock, AChainOfThrowersEndingInARaisedThreadIsLeftAlone) {
+  struct poke {};
+  run([&] {
+    mvar<int> never_c, never_main, a_done, b_done, c_done;
+    bool c_raised = false, b_poked = false, a_raised = false;
+    bool c_poked = false;
+    thread_id c = fork_io([&] {
+      try {
+        uninterruptible_mask([&] {
+          try {
+            never_c.take();
+          } catch (const blocked_indefinitely&) {
+            c_raised = true;
+          }
+        });
+      } catch (const poke&) {
+        c_poked = true;  // B's, raised as C unmasks
+      }
+      c_done.put(1);
+    });
+    ASSERT_TRUE(green_wait_until([&] { return state_of(c) == thread_state::blocked; }));
+    thread_id b = fork_io([&] {
+      try {
+        uninterruptible_mask([&] { throw_to(c, poke{}); });  // returns once it lands in C
+      } catch (const poke&) {
+        b_poked = true;  // A's, raised as B unmasks
+      }
+      b_done.put(1);
+    });
+    ASSERT_TRUE(green_wait_until([&] { return state_of(b) == thread_state::blocked; }));
+    thread_id a = fork_io([&] {
+      try {
+        throw_to(b, poke{});
+      } catch (const blocked_indefinitely&) {
+        a_raised = true;
+      }
+      a_done.put(1);
+    });
+    ASSERT_TRUE(green_wait_until([&] { return state_of(a) == thread_state::blocked; }));
+    EXPECT_THROW(never_main.take(), blocked_indefinitely);
+    c_done.take();
+    b_done.take();
+    a_done.take();
+    EXPECT_TRUE(c_raised);
+    EXPECT_TRUE(c_poked);
+    EXPECT_TRUE(b_poked) << "A's throw never landed in B";
+    EXPECT_FALSE(a_raised) << "A was raised although its target was on its way to take the throw";
+  });
+}
+
 // Every victim is dequeued before any is woken: a victim that ran first
 // would release what another waits on.  Here a forked thread holds a mutex
 // and blocks for ever; main blocks on the mutex.  Both must get
