@@ -88,8 +88,8 @@ struct alignas(64) Capability {
   // work waiting: Note [Deferred hand-off] in foreign/safe_call.cpp
   std::atomic<std::uint32_t> deferred_calls{0};
   std::atomic<std::uint64_t> sched_epoch{0};   // [owner writes, release] +1 per scheduling decision
-  // [owner writes: 1 relaxed, 0 release; enable_wait_locks reads, acquire]
-  // the holder is writing a wait field without Thread::wait_lock, having
+  // [holder writes: 1 relaxed, 0 release; enable_wait_locks reads, acquire]
+  // the holder may be writing a wait field without Thread::wait_lock, having
   // read rt.waits_need_lock false: Note [Wait locks] in schedule/raise.cpp
   std::atomic<std::uint32_t> unlocked_wait_write{0};
   std::atomic<bool> runtime_loop{false};       // [owner writes, ticker reads; relaxed] its thread is

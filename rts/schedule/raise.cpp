@@ -276,8 +276,8 @@ void expire_due_timeouts(Thread* cur) {
 // userspace RCU or folly's asymmetricHeavyBarrier).  Each unlocked write is
 // bracketed by its capability's unlocked_wait_write (raise.hpp):
 //   writer, holding c: c->unlocked_wait_write = 1 (relaxed, then a
-//           compiler barrier); if waits_need_lock: store 0, take the lock;
-//           else write the fields, then unlocked_wait_write = 0 (release)
+//           compiler barrier); if waits_need_lock: store 0 (release), take
+//           the lock; else write the fields, then store 0 (release)
 //   enabler:
 //   1. waits_need_lock = true (seq_cst);
 //   2. membarrier(PRIVATE_EXPEDITED): every running thread of the process
@@ -288,8 +288,9 @@ void expire_due_timeouts(Thread* cur) {
 // reads true (stored before it) and takes the lock.  One whose load
 // precedes that barrier had its store of 1 drained by it (on x86 a store
 // may wait in the store buffer past a later load; the barrier ends that),
-// so step 3 reads that 1 - then waits - or the 0 stored after the writes,
-// whose release makes them happen-before all the enabler does next.  A
+// so step 3 reads that 1 - then waits - or a 0 stored after the writes:
+// the write's own end or a later bracket's, every 0 a release store, so
+// the writes happen-before all the enabler does next.  A
 // writer's OS thread not on a CPU at step 2 was switched out by the
 // kernel, a full barrier too.  The wait lasts a few instructions.
 // Step 3 used to wait, instead, until every other busy capability had

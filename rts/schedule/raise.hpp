@@ -81,10 +81,10 @@ void finish_pending(Thread* self, Capability* cap) noexcept;
 // ones; finish_pending is it for a thread that ends.
 void settle_pending(Thread* self, bool finished) noexcept;
 
-// begin_unlocked_wait_write: about to write a wait field (blocked_on,
-// waiter, live_id) of a thread on `cap`, held by the caller.  True: wait
-// locks are off, write without Thread::wait_lock, then call
-// end_unlocked_wait_write; false: take the lock.  Note [Wait locks].
+// begin_unlocked_wait_write: the holder of `cap` is about to write a wait
+// field (blocked_on, waiter, live_id) of some thread - its own, or one it
+// serves.  True: wait locks are off, write without Thread::wait_lock, then
+// call end_unlocked_wait_write; false: take the lock.  Note [Wait locks].
 inline bool begin_unlocked_wait_write(Capability* cap) noexcept {
   cap->unlocked_wait_write.store(1, std::memory_order_relaxed);
   // A compiler barrier only: the store above must not sink below the load
@@ -92,7 +92,10 @@ inline bool begin_unlocked_wait_write(Capability* cap) noexcept {
   // in its buffer past a later load) is enable_wait_locks' membarrier.
   std::atomic_signal_fence(std::memory_order_seq_cst);
   if (!rt.waits_need_lock.load(std::memory_order_relaxed)) [[likely]] return true;
-  cap->unlocked_wait_write.store(0, std::memory_order_relaxed);
+  // Release, as end_unlocked_wait_write: an enabler whose acquire reads
+  // this 0 must also see an earlier unlocked write's fields (a relaxed
+  // store would not continue that write's release sequence).
+  cap->unlocked_wait_write.store(0, std::memory_order_release);
   return false;
 }
 // end_unlocked_wait_write: the unlocked writes are done; the release

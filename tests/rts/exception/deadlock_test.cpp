@@ -181,6 +181,80 @@ TEST_P(Deadlock, AChainOfThrowersEndingInARaisedThreadIsLeftAlone) {
   });
 }
 
+// A thrower into a cycle: B and C, each uninterruptibly masked, throw to
+// each other, and A throws to B.  One of the cycle is raised (B here, the
+// end of the chain followed from A); C and A, whose throws B takes as it
+// unmasks, are left alone.  Raising every thrower not reached from a
+// raised thread raised all three (found by review).
+TEST_P(Deadlock, ThrowersIntoACycleAreLeftAloneOnceOneOfItIsRaised) {
+  struct poke {};
+  std::atomic<int> raised_throwers{0}, b_pokes{0}, done{0};
+  run([&] {
+    mvar<int> never_main;
+    mvar<thread_id> a_target, c_target;
+    // Pokes still pending once a thread unmasks land at these safe points.
+    auto absorb = [&](std::atomic<int>* n) {
+      for (int i = 0; i < 4; ++i) {
+        try {
+          yield();
+        } catch (const poke&) {
+          if (n) n->fetch_add(1);
+        }
+      }
+    };
+    thread_id a = fork_io([&] {
+      thread_id b = a_target.take();
+      try {
+        throw_to(b, poke{});
+      } catch (const blocked_indefinitely&) {
+        raised_throwers.fetch_add(1);
+      }
+      done.fetch_add(1);
+    });
+    thread_id c = fork_io([&] {
+      thread_id b = c_target.take();
+      try {
+        uninterruptible_mask([&] {
+          while (state_of(b) != thread_state::blocked) yield();  // masked: nothing lands
+          try {
+            throw_to(b, poke{});
+          } catch (const blocked_indefinitely&) {
+            raised_throwers.fetch_add(1);
+          }
+        });
+      } catch (const poke&) {
+      }
+      absorb(nullptr);
+      done.fetch_add(1);
+    });
+    thread_id b = fork_io([&] {
+      try {
+        uninterruptible_mask([&] {
+          try {
+            throw_to(c, poke{});
+          } catch (const blocked_indefinitely&) {
+            raised_throwers.fetch_add(1);
+          }
+        });
+      } catch (const poke&) {
+        b_pokes.fetch_add(1);  // raised as B unmasks
+      }
+      absorb(&b_pokes);
+      done.fetch_add(1);
+    });
+    c_target.put(b);
+    ASSERT_TRUE(green_wait_until([&] {
+      return state_of(b) == thread_state::blocked && state_of(c) == thread_state::blocked;
+    }));
+    a_target.put(b);
+    ASSERT_TRUE(green_wait_until([&] { return state_of(a) == thread_state::blocked; }));
+    EXPECT_THROW(never_main.take(), blocked_indefinitely);
+    ASSERT_TRUE(green_wait_until([&] { return done.load() == 3; }));
+  });
+  EXPECT_EQ(raised_throwers.load(), 1) << "more than one thread of A -> B <-> C was raised";
+  EXPECT_GE(b_pokes.load(), 1) << "A's throw never landed in B";
+}
+
 // Every victim is dequeued before any is woken: a victim that ran first
 // would release what another waits on.  Here a forked thread holds a mutex
 // and blocks for ever; main blocks on the mutex.  Both must get
