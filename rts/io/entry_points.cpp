@@ -236,6 +236,8 @@ void io_shutdown() noexcept { io.shutdown(); }
 
 std::size_t io_parked() noexcept { return io.parked(); }
 
+bool io_own_fd(int fd) noexcept { return io.own_fd(fd); }
+
 std::size_t io_timers() noexcept { return io.timers(); }
 
 std::uint64_t io_drains() noexcept { return io.drains(); }
@@ -280,6 +282,12 @@ void close_fd(int fd) {
     throw usage_error(fmt::format(
         "capstan::close_fd: fd {} belongs to a capstan::net connection or listener, which closes "
         "it itself; call its close() instead (closing it here too would close it twice)",
+        fd));
+  if (rts::io_own_fd(fd))  // Note [Closing the IO manager's own fds]
+    throw usage_error(fmt::format(
+        "capstan::close_fd: fd {} is held by the runtime's IO manager (its event loop), not by "
+        "the program - was the number kept after the program's own fd was closed? close_fd "
+        "takes only fds the program opened and still holds",
         fd));
   rts::io_close_fd(fd);
 }

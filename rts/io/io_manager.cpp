@@ -312,6 +312,18 @@ void IoManager::start() {
       tracing_ok_ = true;
     }
     loop_.data = this;
+    // Note [Closing the IO manager's own fds]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // A close_fd of a number the loop holds itself - a stale number that
+    // the runtime's start took, or a guess - stopped the loop's polling
+    // and closed its epoll fd: the IO thread died in libuv's abort(), with
+    // no message.  close_fd now refuses the numbers the loop holds with a
+    // usage_error.  libuv's process-wide lock pipe (made once, at the
+    // first loop's start) is not in the loop and not covered.
+    own_fds_[0].store(uv_backend_fd(&loop_), std::memory_order_relaxed);
+    own_fds_[1].store(loop_.async_io_watcher.fd, std::memory_order_relaxed);
+    own_fds_[2].store(loop_.signal_pipefd[0], std::memory_order_relaxed);
+    own_fds_[3].store(loop_.signal_pipefd[1], std::memory_order_relaxed);
     stopping_.store(false, std::memory_order_relaxed);
     armed_for_ = -1;
     try {
@@ -414,6 +426,7 @@ void IoManager::shutdown() noexcept {
   if (int rc = uv_loop_close(&loop_); rc != 0)
     say("capstan: internal error: uv_loop_close at shutdown: {}\n",
                uv_strerror(rc));
+  for (auto& o : own_fds_) o.store(-1, std::memory_order_relaxed);
   started_.store(false, std::memory_order_release);
 }
 

@@ -516,6 +516,48 @@ TEST_P(IoManager, CancelsAtShutdownDoNotWakeTheIoThreadEach) {
   EXPECT_LE(during_shutdown, 100u);
 }
 
+// Note [Closing the IO manager's own fds]: close_fd of the loop's own epoll
+// fd or wake-up eventfd (a number kept after the program's fd closed, and
+// taken by the runtime since) is a usage_error; the loop carries on.  It
+// used to stop the loop's polling and close its epoll fd: the IO thread
+// died in libuv's abort().
+TEST_P(IoManager, CloseFdOfTheLoopsOwnFdsIsRefused) {
+  run([] {
+    capstan::rts::io_start();
+    std::vector<int> own;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        char link[256] = {};
+        std::string path = std::string("/proc/self/fd/") + e->d_name;
+        ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
+        if (n > 0 && (std::strcmp(link, "anon_inode:[eventpoll]") == 0 ||
+                      std::strcmp(link, "anon_inode:[eventfd]") == 0)) {
+          own.push_back(std::atoi(e->d_name));  // the test opens none of these
+        }
+      }
+      closedir(d);
+    }
+    ASSERT_GE(own.size(), 2u) << "the loop's epoll fd and eventfd were not found";
+    for (int fd : own) {
+      try {
+        capstan::close_fd(fd);
+        ADD_FAILURE() << "close_fd of the IO manager's fd " << fd << " was accepted";
+      } catch (const capstan::usage_error& e) {
+        EXPECT_NE(std::string(e.what()).find("held by the runtime's IO manager"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_TRUE(fd_is_open(fd));
+    }
+    capstan::sleep_for(5ms);  // the loop still works
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    EXPECT_TRUE(capstan::wait_writable_for(p[1], 1s));
+    capstan::close_fd(p[0]);
+    capstan::close_fd(p[1]);
+  });
+}
+
 TEST(IoManagerUsage, PlainOsThreadsGetUsageErrors) {
   auto check = [](auto f, const char* name) {
     try {
