@@ -41,11 +41,32 @@
 // "fd N was closed while this thread waited on it"), its handle is closed,
 // and the new wait starts afresh - on the new file, or failing with EBADF
 // if the number is free.  net's fds (sticky) are closed only through
-// close_fd and skip the check, which costs an fstat.  What is left: a
-// close racing with the IO thread between the check and libuv's epoll_ctl
-// (microseconds, in the same loop iteration), and waiters alone on a
-// closed fd, which nothing changes, wait for their time-out or shutdown.
+// close_fd and skip the check, which costs an fstat - unless a user's
+// wait joins one: a plain close(2) of a connection's fd (misuse) and a
+// wait on the reused number used to join the stopped handle and make
+// libuv abort when epoll refused the new file.
+// Every anonymous-inode file (eventfd, timerfd, signalfd, epoll) has the
+// same st_dev and st_ino, so for those the check cannot tell the old file
+// from a new one: a waiter was woken by another eventfd, and a wait on a
+// ready eventfd reusing the number joined the dead entry and never woke
+// (an adversarial tester's eventfd tests, every run).  So an entry for
+// such a file holds a duplicate of the fd, its twin, and compares the two
+// with kcmp(KCMP_FILE); the twin is closed right after the handle, whose
+// close has already asked epoll to forget the number.  (While the twin
+// lives the old file stays open, so epoll keeps its registration; closing
+// the twin releases the file, and epoll forgets it then.)  With no fd to
+// spare for the twin, or no kcmp (a kernel without it, or a sandbox that
+// forbids it), the check falls back to st_ino, as before.  What is left:
+// a close racing with the IO thread between the check and libuv's
+// epoll_ctl (microseconds, in the same loop iteration), and waiters alone
+// on a closed fd, which nothing changes, wait for their time-out or
+// shutdown.
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,13 +76,24 @@
 
 namespace capstan::rts::iomgr {
 
+namespace {
+// anonymous_inode: is fd an eventfd, timerfd, signalfd, epoll fd or the
+// like, all of which share one inode (Note [A plain close under a wait])?
+bool anonymous_inode(int fd) {
+  struct statfs fs {};
+  return ::fstatfs(fd, &fs) == 0 && fs.f_type == ANON_INODE_FS_MAGIC;
+}
+}  // namespace
+
 void IoManager::start_wait(Request* r) {
   if (!interrupted_.empty() && interrupted_.count(r->fd)) {  // Note [Interrupted fds]
     finish(r, kInterrupted, true);
     return;
   }
   auto it = fds_.try_emplace(r->fd, nullptr).first;
-  if (it->second && !still_same_file(it->second)) {  // Note [A plain close under a wait]
+  // Note [A plain close under a wait]: a user's wait checks any entry,
+  // net's only its own kind's.
+  if (it->second && (!r->sticky || !it->second->sticky) && !still_same_file(it->second)) {
     drop_stale(it->second);  // forgets it
     it = fds_.try_emplace(r->fd, nullptr).first;
   }
@@ -70,11 +102,18 @@ void IoManager::start_wait(Request* r) {
     auto* e = new FdEntry;
     int rc = uv_poll_init(&loop_, &e->handle, r->fd);
     struct stat st {};
-    if (rc == 0 && !r->sticky) {  // remember the file: Note [A plain close under a wait]
+    if (rc == 0 && r->sticky) {  // Note [A plain close under a wait]: for a user's wait joining
       if (::fstat(r->fd, &st) == 0) {
         e->file_known = true;
         e->dev = st.st_dev;
         e->ino = st.st_ino;
+      }
+    } else if (rc == 0) {  // remember the file: Note [A plain close under a wait]
+      if (::fstat(r->fd, &st) == 0) {
+        e->file_known = true;
+        e->dev = st.st_dev;
+        e->ino = st.st_ino;
+        e->twin = anonymous_inode(r->fd) ? ::fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
       } else {  // closed since uv_poll_init's probes
         rc = -errno;  // libuv's error codes are negated errnos on Unix
         e->handle.data = e;
@@ -122,7 +161,7 @@ void IoManager::update_poll(FdEntry* e) {
     return;
   }
   if (want == e->events) return;
-  if (e->events != 0 && !still_same_file(e)) {  // Note [A plain close under a wait]
+  if (e->events != 0 && !e->sticky && !still_same_file(e)) {  // Note [A plain close under a wait]
     drop_stale(e);
     return;
   }
@@ -140,10 +179,17 @@ void IoManager::update_poll(FdEntry* e) {
   e->events = want;
 }
 
-// still_same_file: does e's fd still name the file it was made for?
-// Always, for net's entries (Note [A plain close under a wait]).
+// still_same_file: does e's fd still name the file it was made for
+// (Note [A plain close under a wait])?
 bool IoManager::still_same_file(const FdEntry* e) const {
-  if (!e->file_known || e->sticky) return true;
+  if (!e->file_known) return true;
+  if (e->twin >= 0) {
+    static const pid_t self = ::getpid();
+    long same = ::syscall(SYS_kcmp, self, self, KCMP_FILE, e->fd, e->twin);
+    if (same >= 0) return same == 0;
+    if (errno == EBADF) return false;  // the number is free
+    // No kcmp here: st_ino, as for any file.
+  }
   struct stat st {};
   return ::fstat(e->fd, &st) == 0 && st.st_dev == e->dev && st.st_ino == e->ino;
 }
@@ -158,10 +204,16 @@ void IoManager::drop_stale(FdEntry* e) {
   close_entry(e);
 }
 
-// close_entry forgets e and closes its handle (freed in the close callback).
+// close_entry forgets e and closes its handle (freed in the close
+// callback), then its twin: the handle's close has asked epoll to forget
+// the number (Note [A plain close under a wait]).
 void IoManager::close_entry(FdEntry* e) {
   fds_.erase(e->fd);
   uv_close(reinterpret_cast<uv_handle_t*>(&e->handle), &IoManager::on_poll_closed);
+  if (e->twin >= 0) {
+    ::close(e->twin);
+    e->twin = -1;
+  }
 }
 
 void IoManager::on_poll(uv_poll_t* p, int status, int events) {

@@ -106,19 +106,20 @@ struct FdEntry {
   int fd = -1;
   int events = 0;  // the mask the handle was last started with; 0: stopped
   bool sticky = false;
-  // The file the number named when a user's wait made the entry (sticky
-  // ones are net's, closed only by close_fd): Note [A plain close under a wait].
+  // The file the number named when the entry was made: Note [A plain
+  // close under a wait].  `twin`: for an anonymous-inode file (eventfd,
+  // timerfd, epoll...), whose st_ino every such file shares, a duplicate
+  // of the fd held while the entry lives, compared with kcmp; -1 if none.
   bool file_known = false;
   dev_t dev = 0;
   ino_t ino = 0;
+  int twin = -1;
   Request* readers = nullptr;
   Request* writers = nullptr;
 };
 
 class IoManager {
  public:
-  // ensure_started starts the IO thread on first use in a run (green
-  // threads only: they cannot race shutdown, which runs after they stopped).
   // own_fd: is fd one that the running loop itself holds?  close_fd's
   // misuse check (Note [Closing the IO manager's own fds] in io_manager.cpp).
   bool own_fd(int fd) const noexcept {
@@ -126,6 +127,8 @@ class IoManager {
       if (fd >= 0 && o.load(std::memory_order_relaxed) == fd) return true;
     return false;
   }
+  // ensure_started starts the IO thread on first use in a run (green
+  // threads only: they cannot race shutdown, which runs after they stopped).
   void ensure_started() {
     // acquire: pairs with start()'s release, making the loop visible.
     if (!started_.load(std::memory_order_acquire)) [[unlikely]] start();

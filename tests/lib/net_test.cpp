@@ -706,6 +706,38 @@ TEST(NetClose, InterruptIsNeverDeliveredAfterTheClose) {
   capstan::rts::io_test_hooks.admitted = nullptr;
 }
 
+// Note [A plain close under a wait]: a plain close(2) of a connection's fd
+// (misuse: the connection owns it) left net's kept handle for the number;
+// a user's wait on the number, reused by a regular file, joined it and
+// libuv aborted when epoll refused the file (an adversarial tester, every
+// run).  A user's wait now checks net's entries too: the file is ready.
+TEST_P(Net, AUserWaitOnAPlainClosedConnectionsReusedNumberIsOnTheNewFile) {
+  run([] {
+    auto l = capstan::net::listener::listen("127.0.0.1", 0);
+    Pair p = connected_pair(l);
+    capstan::mvar<int> got;
+    capstan::fork_io([&] {
+      char b;
+      got.put(static_cast<int>(p.client.read(&b, 1)));
+    });
+    ASSERT_TRUE(capstan_test::green_wait_until([] { return capstan::rts::io_parked() >= 1; }));
+    p.server.write_all("x", 1);
+    EXPECT_EQ(got.take(), 1);  // net's entry for the number stays, stopped
+    int n = p.client.fd();
+    ::close(n);  // the misuse
+    int f = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(f, 0);
+    if (f != n) {
+      ASSERT_EQ(::dup2(f, n), n);
+      ::close(f);
+    }
+    EXPECT_TRUE(capstan::wait_readable_for(n, 1s));  // a regular file: ready at once
+    capstan::sleep_for(5ms);                          // the loop carries on
+    p.client = capstan::net::connection();            // closes n (the file) in its turn
+    l.close();
+  });
+}
+
 CAPSTAN_INSTANTIATE_CAPS(Net);
 
 }  // namespace
