@@ -199,19 +199,21 @@ unsigned break_deadlock() {
   //    terminated the program.  So is a thrower whose target is a thrower
   //    left alone: that one returns, and leaves its mask or blocks
   //    interruptibly later, where the throw lands - or blocks for good,
-  //    and the next deadlock is found.  Throw edges that lead to no raised
-  //    thread - a cycle (two masked threads throwing to each other), or a
-  //    chain ending in a thread no exception can reach (unwinding) - would
-  //    wait for ever, so one thrower on each is raised: the one whose
-  //    target closes the cycle or cannot be reached, found by following
-  //    the targets from any undecided thrower.  Everything that throws to
-  //    it, directly or along a chain, is then left alone, as for any
-  //    raised thread.  So the non-throwers go first; then, from every
-  //    raised thread, the throwers left alone are grown back along the
-  //    edges; then each remaining chain's end is raised and grown from in
-  //    turn.  (Raising every thrower not yet left alone, as this did
-  //    once, raised A in A -> B <-> C along with B and C: B, raised,
-  //    would have taken A's throw as it unmasked.)
+  //    and the next deadlock is found.  Every other thrower is raised:
+  //    one in a cycle (two masked threads throwing to each other), in a
+  //    chain that ends in one, or in a chain ending in a thread no
+  //    exception can reach (unwinding).  Not just one thread per cycle,
+  //    though that would end the cycle: a raised thrower need not ever
+  //    unmask.  async's cancel kills its child under uninterruptible_mask
+  //    and, raised, waits (still masked) for the child's report; a child
+  //    that was throwing to it under its own mask, left alone because its
+  //    target was raised, never took anything, and every later deadlock
+  //    raised the canceller again and again (a reviewer's test; raising
+  //    one per cycle was tried after this and withdrawn).  A thrower into
+  //    a cycle is raised with it, though its target may take its throw
+  //    after all: it then hears of the deadlock too (throw_to's caveat).
+  //    So the non-throwers go first; then the throwers left alone, grown
+  //    from the raised targets back along the chains; then the rest.
   //  * Every victim is dequeued before any is woken: a victim woken early
   //    could run on another capability and unwind, releasing a mutex or
   //    filling an mvar that another victim waits on, which then took the
@@ -231,7 +233,7 @@ unsigned break_deadlock() {
   // good once all_lock is let go).
   struct Thrower {
     Thread* thread;
-    Thread* target;
+    const Thread* target;
   };
   std::vector<Thrower> throwers;
   for (Capability* c : rt.caps) {
@@ -239,7 +241,7 @@ unsigned break_deadlock() {
     for (Thread* t = c->all_head; t; t = t->all_next) {
       if (snap(t->wait_tag.what) == detail::waiter::throw_to) {
         detail::waiter* w = snap(t->waiter);
-        throwers.push_back({t, w ? static_cast<Thread*>(w->slot) : nullptr});
+        throwers.push_back({t, w ? static_cast<const Thread*>(w->slot) : nullptr});
       } else {
         raise(t);
       }
@@ -249,49 +251,19 @@ unsigned break_deadlock() {
   // Left alone: the throwers reached from a raised thread backwards along
   // the throw edges (each thread and edge once, however long the chains).
   std::unordered_multimap<const Thread*, const Thread*> by_target;
-  std::unordered_map<const Thread*, Thread*> target_of;
-  for (const Thrower& th : throwers) {
-    target_of.emplace(th.thread, th.target);
+  for (const Thrower& th : throwers)
     if (th.target) by_target.emplace(th.target, th.thread);
-  }
   std::unordered_set<const Thread*> alone;
-  std::vector<const Thread*> frontier;
-  auto grow = [&](const Thread* from_thread) {
-    frontier.push_back(from_thread);
-    while (!frontier.empty()) {
-      const Thread* x = frontier.back();
-      frontier.pop_back();
-      auto [from, to] = by_target.equal_range(x);
-      for (auto it = from; it != to; ++it)
-        if (!raised.count(it->second) && alone.insert(it->second).second)
-          frontier.push_back(it->second);
-    }
-  };
-  for (const Thread* r : std::vector<const Thread*>(raised.begin(), raised.end())) grow(r);
-  // Each chain that reaches no raised thread: follow the targets from an
-  // undecided thrower to the last undecided one - whose target is on the
-  // path already (a cycle), or is no undecided thrower (a thread that
-  // could not be raised, or a thrower that could not) - and raise it.
-  std::unordered_set<const Thread*> stuck;  // throwers post_throw could not raise
-  auto undecided = [&](const Thread* t) {
-    return target_of.count(t) && !alone.count(t) && !raised.count(t) && !stuck.count(t);
-  };
-  std::unordered_set<const Thread*> path;
-  for (const Thrower& th : throwers) {
-    while (undecided(th.thread)) {
-      path.clear();
-      Thread* y = th.thread;
-      for (;;) {
-        path.insert(y);
-        Thread* t = target_of[y];
-        if (!t || !undecided(t) || path.count(t)) break;
-        y = t;
-      }
-      raise(y);
-      if (raised.count(y)) grow(y);
-      else stuck.insert(y);
-    }
+  std::vector<const Thread*> frontier(raised.begin(), raised.end());
+  while (!frontier.empty()) {
+    const Thread* x = frontier.back();
+    frontier.pop_back();
+    auto [from, to] = by_target.equal_range(x);
+    for (auto it = from; it != to; ++it)
+      if (alone.insert(it->second).second) frontier.push_back(it->second);
   }
+  for (const Thrower& th : throwers)
+    if (!alone.count(th.thread)) raise(th.thread);
   auto n = static_cast<unsigned>(raised.size());
   woken.wake_all();
   return n;

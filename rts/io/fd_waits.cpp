@@ -47,26 +47,21 @@
 // libuv abort when epoll refused the new file.
 // Every anonymous-inode file (eventfd, timerfd, signalfd, epoll) has the
 // same st_dev and st_ino, so for those the check cannot tell the old file
-// from a new one: a waiter was woken by another eventfd, and a wait on a
-// ready eventfd reusing the number joined the dead entry and never woke
-// (an adversarial tester's eventfd tests, every run).  So an entry for
-// such a file holds a duplicate of the fd, its twin, and compares the two
-// with kcmp(KCMP_FILE); the twin is closed right after the handle, whose
-// close has already asked epoll to forget the number.  (While the twin
-// lives the old file stays open, so epoll keeps its registration; closing
-// the twin releases the file, and epoll forgets it then.)  With no fd to
-// spare for the twin, or no kcmp (a kernel without it, or a sandbox that
-// forbids it), the check falls back to st_ino, as before.  What is left:
-// a close racing with the IO thread between the check and libuv's
-// epoll_ctl (microseconds, in the same loop iteration), and waiters alone
-// on a closed fd, which nothing changes, wait for their time-out or
-// shutdown.
-#include <fcntl.h>
-#include <linux/kcmp.h>
-#include <linux/magic.h>
+// from a new one reusing the number: a stranded waiter may be woken by
+// the new file, and a wait on the number needing no mask change joins
+// the dead entry and waits for its time-out, or, untimed, until shutdown
+// (an adversarial tester's eventfd tests).  Holding a duplicate of each such fd and comparing with
+// kcmp(KCMP_FILE) was tried and withdrawn: the duplicate kept the closed
+// file registered in epoll (its waiter was then woken "ready" on a number
+// that named an empty pipe), took one of the program's fds (its last one,
+// under RLIMIT_NOFILE), could itself be closed by a stale close_fd and
+// then closed a program fd that reused its number, and kcmp names a
+// process (a child forked after a run compared against its parent).
+// What is left: this, a close racing with the IO thread between the check
+// and libuv's epoll_ctl (microseconds, in the same loop iteration), and
+// waiters alone on a closed fd, which nothing changes, wait for their
+// time-out or shutdown.
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,15 +70,6 @@
 #include "io/io_thread.hpp"
 
 namespace capstan::rts::iomgr {
-
-namespace {
-// anonymous_inode: is fd an eventfd, timerfd, signalfd, epoll fd or the
-// like, all of which share one inode (Note [A plain close under a wait])?
-bool anonymous_inode(int fd) {
-  struct statfs fs {};
-  return ::fstatfs(fd, &fs) == 0 && fs.f_type == ANON_INODE_FS_MAGIC;
-}
-}  // namespace
 
 void IoManager::start_wait(Request* r) {
   if (!interrupted_.empty() && interrupted_.count(r->fd)) {  // Note [Interrupted fds]
@@ -113,7 +99,6 @@ void IoManager::start_wait(Request* r) {
         e->file_known = true;
         e->dev = st.st_dev;
         e->ino = st.st_ino;
-        e->twin = anonymous_inode(r->fd) ? ::fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
       } else {  // closed since uv_poll_init's probes
         rc = -errno;  // libuv's error codes are negated errnos on Unix
         e->handle.data = e;
@@ -183,13 +168,6 @@ void IoManager::update_poll(FdEntry* e) {
 // (Note [A plain close under a wait])?
 bool IoManager::still_same_file(const FdEntry* e) const {
   if (!e->file_known) return true;
-  if (e->twin >= 0) {
-    static const pid_t self = ::getpid();
-    long same = ::syscall(SYS_kcmp, self, self, KCMP_FILE, e->fd, e->twin);
-    if (same >= 0) return same == 0;
-    if (errno == EBADF) return false;  // the number is free
-    // No kcmp here: st_ino, as for any file.
-  }
   struct stat st {};
   return ::fstat(e->fd, &st) == 0 && st.st_dev == e->dev && st.st_ino == e->ino;
 }
@@ -204,16 +182,10 @@ void IoManager::drop_stale(FdEntry* e) {
   close_entry(e);
 }
 
-// close_entry forgets e and closes its handle (freed in the close
-// callback), then its twin: the handle's close has asked epoll to forget
-// the number (Note [A plain close under a wait]).
+// close_entry forgets e and closes its handle (freed in the close callback).
 void IoManager::close_entry(FdEntry* e) {
   fds_.erase(e->fd);
   uv_close(reinterpret_cast<uv_handle_t*>(&e->handle), &IoManager::on_poll_closed);
-  if (e->twin >= 0) {
-    ::close(e->twin);
-    e->twin = -1;
-  }
 }
 
 void IoManager::on_poll(uv_poll_t* p, int status, int events) {

@@ -320,16 +320,20 @@ void IoManager::start() {
     // no message.  close_fd now refuses the numbers the loop holds with a
     // usage_error.  libuv's process-wide lock pipe (made once, at the
     // first loop's start) is not in the loop and not covered.
-    own_fds_[0].store(uv_backend_fd(&loop_), std::memory_order_relaxed);
-    own_fds_[1].store(loop_.async_io_watcher.fd, std::memory_order_relaxed);
-    own_fds_[2].store(loop_.signal_pipefd[0], std::memory_order_relaxed);
-    own_fds_[3].store(loop_.signal_pipefd[1], std::memory_order_relaxed);
+    // Recorded once the start can no longer fail (below).
     stopping_.store(false, std::memory_order_relaxed);
     armed_for_ = -1;
     try {
       if (injected_fault("std::thread") != 0)
         throw std::system_error(EAGAIN, std::generic_category(), "injected");
+      // Read before the IO thread owns the loop; recorded only once the
+      // thread runs: a start that fails closes them, and their numbers are
+      // the program's again (a reviewer's test: close_fd refused the
+      // program's own eventfds after a failed start).
+      const int own[4] = {uv_backend_fd(&loop_), loop_.async_io_watcher.fd,
+                          loop_.signal_pipefd[0], loop_.signal_pipefd[1]};
       thread_ = std::thread([this] { thread_main(); });
+      for (int i = 0; i < 4; ++i) own_fds_[i].store(own[i], std::memory_order_relaxed);
     } catch (const std::system_error& e) {
       throw std::system_error(e.code(), "capstan: cannot start the IO manager: std::thread "
                                         "(its OS thread) failed");

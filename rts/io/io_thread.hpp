@@ -107,13 +107,10 @@ struct FdEntry {
   int events = 0;  // the mask the handle was last started with; 0: stopped
   bool sticky = false;
   // The file the number named when the entry was made: Note [A plain
-  // close under a wait].  `twin`: for an anonymous-inode file (eventfd,
-  // timerfd, epoll...), whose st_ino every such file shares, a duplicate
-  // of the fd held while the entry lives, compared with kcmp; -1 if none.
+  // close under a wait].
   bool file_known = false;
   dev_t dev = 0;
   ino_t ino = 0;
-  int twin = -1;
   Request* readers = nullptr;
   Request* writers = nullptr;
 };

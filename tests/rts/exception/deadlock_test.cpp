@@ -182,11 +182,11 @@ TEST_P(Deadlock, AChainOfThrowersEndingInARaisedThreadIsLeftAlone) {
 }
 
 // A thrower into a cycle: B and C, each uninterruptibly masked, throw to
-// each other, and A throws to B.  One of the cycle is raised (B here, the
-// end of the chain followed from A); C and A, whose throws B takes as it
-// unmasks, are left alone.  Raising every thrower not reached from a
-// raised thread raised all three (found by review).
-TEST_P(Deadlock, ThrowersIntoACycleAreLeftAloneOnceOneOfItIsRaised) {
+// each other, and A throws to B.  No raised non-thrower ends their chains,
+// so all three are raised (Note [Breaking a deadlock]: raising one per
+// cycle can leave the rest waiting on a raised thread that never
+// unmasks), and every one of them ends.
+TEST_P(Deadlock, ThrowersIntoACycleAreAllRaisedAndAllEnd) {
   struct poke {};
   std::atomic<int> raised_throwers{0}, b_pokes{0}, done{0};
   run([&] {
@@ -251,8 +251,54 @@ TEST_P(Deadlock, ThrowersIntoACycleAreLeftAloneOnceOneOfItIsRaised) {
     EXPECT_THROW(never_main.take(), blocked_indefinitely);
     ASSERT_TRUE(green_wait_until([&] { return done.load() == 3; }));
   });
-  EXPECT_EQ(raised_throwers.load(), 1) << "more than one thread of A -> B <-> C was raised";
-  EXPECT_GE(b_pokes.load(), 1) << "A's throw never landed in B";
+  EXPECT_EQ(raised_throwers.load(), 3) << "a thrower of A -> B <-> C was left alone";
+  EXPECT_EQ(done.load(), 3);
+}
+
+// The cycle that raising one thrower per cycle got wrong: K cancels its
+// async child C (a kill under uninterruptible_mask) while C, masked too,
+// throws to K.  Raised alone, K's cancel caught blocked_indefinitely and
+// waited, still masked, for C's report; C, left alone because its target
+// was raised, never took anything, and main heard of a deadlock again and
+// again (a reviewer's test).  Both must be raised, and the cancel returns.
+TEST_P(Deadlock, ACancelInAThrowCycleWithItsChildReturns) {
+  struct fire {};
+  std::atomic<int> main_raised{0};
+  std::atomic<bool> k_done{false};
+  run([&] {
+    mvar<int> done;
+    mvar<int> c_masked;
+    std::atomic<bool> cancelling{false};
+    fork_io([&] {
+      thread_id me = self();
+      async<void> c([&] {
+        uninterruptible_mask([&] {
+          c_masked.put(1);
+          while (!cancelling.load() || state_of(me) != thread_state::blocked) yield();
+          throw_to(me, fire{});  // K is masked in cancel: this waits
+        });
+      });
+      c_masked.take();
+      cancelling.store(true);
+      try {
+        c.cancel();
+      } catch (...) {
+      }
+      k_done = true;
+      done.put(1);
+    });
+    for (;;) {
+      try {
+        done.take();
+        break;
+      } catch (const blocked_indefinitely&) {
+        if (main_raised.fetch_add(1) + 1 >= 10) break;
+      }
+    }
+  });
+  EXPECT_TRUE(k_done.load()) << "the cancel never returned; main heard of a deadlock "
+                             << main_raised.load() << " times";
+  EXPECT_LE(main_raised.load(), 2);
 }
 
 // Every victim is dequeued before any is woken: a victim that ran first
