@@ -513,8 +513,12 @@ TEST_P(IoManager, CancelsAtShutdownDoNotWakeTheIoThreadEach) {
   // Shutdown's own stop is one wake-up, and its loop kicks the IO thread
   // once per sweep: 1-34 seen, two tests at once.  Sending with every
   // cancel woke it 1,588 times at -N1 (81-136 at -N2 and -N4, where the
-  // cancels come faster than the IO thread drains them).
-  EXPECT_LE(during_shutdown, 100u);
+  // cancels come faster than the IO thread drains them).  At -N2 and up
+  // the sweeps themselves vary with the other capabilities' pace: 182 and
+  // 487 were seen once each in parallel suite runs (once under
+  // AddressSanitizer), against 2-22 in 60 runs under load.  So -N1, where
+  // the difference is 1,588 against a handful, carries the sharp bound.
+  EXPECT_LE(during_shutdown, GetParam() == 1 ? 100u : 1000u);
 }
 
 // Note [Closing the IO manager's own fds]: close_fd of the loop's own epoll
