@@ -330,41 +330,52 @@ TEST_P(Deadlock, EveryVictimHearsOfItEvenIfAnotherReleasesItsLock) {
   EXPECT_EQ(returned, 0) << "main took a mutex released by another victim's unwinding";
 }
 
-// Note [Stopping the ticker]: the last thread wakes from a sleep, runs and
-// blocks for good while the ticker is between judging its tick (a timer
-// pending: no deadlock) and parking.  The ticker must not park on that
-// stale judgement: nothing would wake it, and the deadlock would never be
-// found.  The test widens the window to 100 ms (ticker_park_delay_us) and
-// puts the thread's wake-up inside it; a watchdog (an outside OS thread,
-// hence `force`) fills the mvar after 5 s so that a failure fails instead
-// of hanging.
-TEST_P(Deadlock, FoundWhenTheLastThreadBlocksAsTheTickerParks) {
-  namespace fi = capstan::rts::fault_injection;
-  options o = capstan_test::opts(caps());
-  o.deadlock_detection = options::deadlock::force;
+// DelayedPark: a run whose ticker sleeps 100 ms between judging a tick and
+// parking (ticker_park_delay_us), widening the window of Note [Stopping
+// the ticker], with a watchdog - an outside OS thread, hence `force` -
+// that fills `never` after 5 s, so that a lost tick fails a test instead
+// of hanging it.
+struct DelayedPark {
+  options opts;
   mvar<int> never;
   std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    auto until = std::chrono::steady_clock::now() + 5s;
-    while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
-  });
-  fi::ticker_park_delay_us.store(100'000);
+  std::thread watchdog;
+  explicit DelayedPark(unsigned caps) : opts(capstan_test::opts(caps)) {
+    opts.deadlock_detection = options::deadlock::force;
+    watchdog = std::thread([this] {
+      auto until = std::chrono::steady_clock::now() + 5s;
+      while (!done.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+      while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
+    });
+    capstan::rts::fault_injection::ticker_park_delay_us.store(100'000);
+  }
+  ~DelayedPark() {
+    capstan::rts::fault_injection::ticker_park_delay_us.store(0);
+    done.store(true);
+    watchdog.join();
+  }
+};
+
+// The last thread wakes from a sleep, runs and blocks for good while the
+// ticker is between judging its tick (a timer pending: no deadlock) and
+// parking.  The ticker must not park on that stale judgement: nothing
+// would wake it, and the deadlock would never be found.  The thread's
+// wake-up falls inside the widened window.
+TEST_P(Deadlock, FoundWhenTheLastThreadBlocksAsTheTickerParks) {
+  DelayedPark dp(caps());
   bool raised = false;
   auto t0 = std::chrono::steady_clock::now();
-  run(o, [&] {
+  run(dp.opts, [&] {
     sleep_for(30ms);  // two idle ticks (a timer pending), then the delayed park
     try {
-      never.take();
+      dp.never.take();
     } catch (const blocked_indefinitely&) {
       raised = true;
     }
   });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - t0).count();
-  fi::ticker_park_delay_us.store(0);
-  done.store(true);
-  watchdog.join();
   EXPECT_TRUE(raised) << "the ticker parked on a stale judgement: the deadlock was not found";
   EXPECT_LT(ms, 2000);
   EXPECT_EQ(statistics().deadlocks_detected, raised ? 1u : 0u);
@@ -374,30 +385,17 @@ TEST_P(Deadlock, FoundWhenTheLastThreadBlocksAsTheTickerParks) {
 // blocks for good again while the ticker is on its (delayed) way to park.
 // The second deadlock is found too.
 TEST_P(Deadlock, TwoDeadlocksInARowWhileTheTickerIsOnItsWayToPark) {
-  namespace fi = capstan::rts::fault_injection;
-  options o = capstan_test::opts(caps());
-  o.deadlock_detection = options::deadlock::force;
-  mvar<int> never;
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    auto until = std::chrono::steady_clock::now() + 5s;
-    while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
-  });
-  fi::ticker_park_delay_us.store(100'000);
+  DelayedPark dp(caps());
   int raised = 0;
-  run(o, [&] {
+  run(dp.opts, [&] {
     for (int i = 0; i < 2; ++i) {
       try {
-        never.take();
+        dp.never.take();
       } catch (const blocked_indefinitely&) {
         ++raised;
       }
     }
   });
-  fi::ticker_park_delay_us.store(0);
-  done.store(true);
-  watchdog.join();
   EXPECT_EQ(raised, 2) << "the second deadlock was not found";
   EXPECT_EQ(statistics().deadlocks_detected, static_cast<unsigned>(raised));
 }
