@@ -208,8 +208,9 @@ unsigned break_deadlock() {
   //    and, raised, waits (still masked) for the child's report; a child
   //    that was throwing to it under its own mask, left alone because its
   //    target was raised, never took anything, and every later deadlock
-  //    raised the canceller again and again (a reviewer's test; raising
-  //    one per cycle was tried after this and withdrawn).  A thrower into
+  //    raised the canceller again and again
+  //    (Deadlock.ACancelInAThrowCycleWithItsChildReturns, under a rule
+  //    that raised one thrower per cycle, tried and withdrawn).  A thrower into
   //    a cycle is raised with it, though its target may take its throw
   //    after all: it then hears of the deadlock too (throw_to's caveat).
   //    So the non-throwers go first; then the throwers left alone, grown
