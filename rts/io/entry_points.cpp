@@ -236,8 +236,6 @@ void io_shutdown() noexcept { io.shutdown(); }
 
 std::size_t io_parked() noexcept { return io.parked(); }
 
-bool io_own_fd(int fd) noexcept { return io.own_fd(fd); }
-
 std::size_t io_timers() noexcept { return io.timers(); }
 
 std::uint64_t io_drains() noexcept { return io.drains(); }
@@ -277,17 +275,14 @@ bool wait_fd(int fd, bool writable, long long timeout_ns) {
 }  // namespace detail
 
 void close_fd(int fd) {
-  // Note [Owned fds]: the socket would close it again later.
+  // Note [Owned fds]: the socket would close it again later; the IO
+  // manager's loop holds it.
   if (rts::owned_fds().owned(fd))
     throw usage_error(fmt::format(
-        "capstan::close_fd: fd {} belongs to a capstan::net connection or listener, which closes "
-        "it itself; call its close() instead (closing it here too would close it twice)",
-        fd));
-  if (rts::io_own_fd(fd))  // Note [Closing the IO manager's own fds]
-    throw usage_error(fmt::format(
-        "capstan::close_fd: fd {} is held by the runtime's IO manager (its event loop), not by "
-        "the program - was the number kept after the program's own fd was closed? close_fd "
-        "takes only fds the program opened and still holds",
+        "capstan::close_fd: fd {} belongs to a capstan::net connection or listener, or is held by "
+        "the runtime's IO manager for its event loop; its owner closes it itself (for a socket, "
+        "call its close(); closing it here too would close it twice, the second time under "
+        "whatever file the number names by then)",
         fd));
   rts::io_close_fd(fd);
 }

@@ -177,6 +177,7 @@
 // close_fd of a lingering socket, closes_done() after the waiter's wake-up:
 // Note [Closing a lingering socket] in io/closer.hpp).
 #include "io/io_thread.hpp"
+#include "io/owned_fds.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -312,28 +313,16 @@ void IoManager::start() {
       tracing_ok_ = true;
     }
     loop_.data = this;
-    // Note [Closing the IO manager's own fds]
-    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-    // A close_fd of a number the loop holds itself - a stale number that
-    // the runtime's start took, or a guess - stopped the loop's polling
-    // and closed its epoll fd: the IO thread died in libuv's abort(), with
-    // no message.  close_fd now refuses the numbers the loop holds with a
-    // usage_error.  libuv's process-wide lock pipe (made once, at the
-    // first loop's start) is not in the loop and not covered.
-    // Recorded once the start can no longer fail (below).
     stopping_.store(false, std::memory_order_relaxed);
     armed_for_ = -1;
     try {
       if (injected_fault("std::thread") != 0)
         throw std::system_error(EAGAIN, std::generic_category(), "injected");
-      // Read before the IO thread owns the loop; recorded only once the
-      // thread runs: a start that fails closes them, and their numbers are
-      // the program's again (a reviewer's test: close_fd refused the
-      // program's own eventfds after a failed start).
-      const int own[4] = {uv_backend_fd(&loop_), loop_.async_io_watcher.fd,
-                          loop_.signal_pipefd[0], loop_.signal_pipefd[1]};
       thread_ = std::thread([this] { thread_main(); });
-      for (int i = 0; i < 4; ++i) own_fds_[i].store(own[i], std::memory_order_relaxed);
+      // Note [Owned fds]: marked once the thread runs (a failed start has closed them).
+      const int own[4] = {uv_backend_fd(&loop_), loop_.async_io_watcher.fd, loop_.signal_pipefd[0],
+                          loop_.signal_pipefd[1]};
+      for (int i = 0; i < 4; ++i) own_fds_[i] = own[i] >= 0 && owned_fds().claim(own[i]) ? own[i] : -1;
     } catch (const std::system_error& e) {
       throw std::system_error(e.code(), "capstan: cannot start the IO manager: std::thread "
                                         "(its OS thread) failed");
@@ -427,10 +416,11 @@ void IoManager::shutdown() noexcept {
                        "last drain\n");
     std::abort();
   }
+  for (int fd : own_fds_)  // unmarked before the loop closes them: Note [Owned fds]
+    if (fd >= 0) owned_fds().release(fd);
   if (int rc = uv_loop_close(&loop_); rc != 0)
     say("capstan: internal error: uv_loop_close at shutdown: {}\n",
                uv_strerror(rc));
-  for (auto& o : own_fds_) o.store(-1, std::memory_order_relaxed);
   started_.store(false, std::memory_order_release);
 }
 

@@ -61,10 +61,6 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what,
 // fails.
 void io_close_fd(int fd);
 
-// io_own_fd: does the IO manager's loop hold fd itself (close_fd refuses
-// it: Note [Closing the IO manager's own fds] in io/io_manager.cpp)?
-bool io_own_fd(int fd) noexcept;
-
 // io_close_fd_nowait is io_close_fd without waiting for the close (for
 // destructors, which must not block or throw); any thread.  When the IO
 // manager is not running (off a runtime, before its start, or once its

@@ -117,13 +117,6 @@ struct FdEntry {
 
 class IoManager {
  public:
-  // own_fd: is fd one that the running loop itself holds?  close_fd's
-  // misuse check (Note [Closing the IO manager's own fds] in io_manager.cpp).
-  bool own_fd(int fd) const noexcept {
-    for (const auto& o : own_fds_)
-      if (fd >= 0 && o.load(std::memory_order_relaxed) == fd) return true;
-    return false;
-  }
   // ensure_started starts the IO thread on first use in a run (green
   // threads only: they cannot race shutdown, which runs after they stopped).
   void ensure_started() {
@@ -233,10 +226,9 @@ class IoManager {
   void stop_everything();
 
   // The loop's own fds (its epoll fd, the eventfd that wakes it, its
-  // signal pipe), -1 where none: written by start and shutdown under
-  // life_mu_, read by anyone (own_fd; relaxed: they do not change while a
-  // green thread can ask).
-  std::atomic<int> own_fds_[4] = {-1, -1, -1, -1};
+  // signal pipe; -1 where none), marked in owned_fds from a successful
+  // start to its shutdown (Note [Owned fds]): life_mu_.
+  int own_fds_[4] = {-1, -1, -1, -1};
   // start/shutdown: life_mu_.  started_: written under life_mu_, read by anyone.
   std::mutex life_mu_;
   std::atomic<bool> started_{false};

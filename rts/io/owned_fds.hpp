@@ -1,6 +1,7 @@
-// owned_fds.hpp - which fds a capstan::net socket owns, so that close_fd
-// can refuse them (it would close the fd under its owner, which closes it
-// again later: by then the number may name another file).
+// owned_fds.hpp - which fds a capstan::net socket or the IO manager's
+// loop owns, so that close_fd can refuse them (it would close the fd under
+// its owner, which closes it again later: by then the number may name
+// another file).
 //
 // Note [Owned fds]
 // ~~~~~~~~~~~~~~~~
@@ -15,7 +16,14 @@
 // mark goes before the close is pushed, so a number is never reused while
 // marked; the close itself may come later (a lingering close waits its
 // turn on a closing thread), and a close_fd of the number in between is
-// not refused.  The mark is one bit per fd in chunks of 65,536 made on first
+// not refused.  The IO manager marks its loop's own fds (epoll fd, wake-up
+// eventfd, signal pipe) while it runs, once its start can no longer fail,
+// and unmarks them before the loop closes them: a close_fd of one - a
+// stale number the runtime's start had taken - stopped the loop's polling
+// and the IO thread died in libuv's abort(), with no message
+// (IoManager.CloseFdOfTheLoopsOwnFdsIsRefused).  libuv's process-wide
+// lock pipe, made once at the first loop's start, is not the loop's and
+// is not marked.  The mark is one bit per fd in chunks of 65,536 made on first
 // use and never freed (8 KiB each; fds at or above kMaxTracked, 16 M, are
 // not tracked).  The check is best-effort, for misuse: a close_fd racing
 // with the socket's own close may pass it, so the bits need no ordering

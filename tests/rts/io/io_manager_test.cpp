@@ -521,7 +521,7 @@ TEST_P(IoManager, CancelsAtShutdownDoNotWakeTheIoThreadEach) {
   EXPECT_LE(during_shutdown, GetParam() == 1 ? 100u : 1000u);
 }
 
-// Note [Closing the IO manager's own fds]: close_fd of the loop's own epoll
+// Note [Owned fds]: close_fd of the loop's own epoll
 // fd or wake-up eventfd (a number kept after the program's fd closed, and
 // taken by the runtime since) is a usage_error; the loop carries on.  It
 // used to stop the loop's polling and close its epoll fd: the IO thread
@@ -650,7 +650,7 @@ TEST(IoManagerLifeCycle, FailedStartLeavesNothingBehindAndALaterStartWorks) {
   }
 }
 
-// Note [Closing the IO manager's own fds]: a start that fails at its last
+// Note [Owned fds]: a start that fails at its last
 // step (the IO thread) has closed the loop's fds, and the program's next
 // fds take their numbers: close_fd must take them.  It refused them as the
 // IO manager's own (a reviewer's test) while the numbers were recorded
