@@ -49,14 +49,14 @@
 // same st_dev and st_ino, so for those the check cannot tell the old file
 // from a new one reusing the number: a stranded waiter may be woken by
 // the new file, and a wait on the number needing no mask change joins
-// the dead entry and waits for its time-out, or, untimed, until shutdown
-// (an adversarial tester's eventfd tests).  Holding a duplicate of each such fd and comparing with
-// kcmp(KCMP_FILE) was tried and withdrawn: the duplicate kept the closed
-// file registered in epoll (its waiter was then woken "ready" on a number
-// that named an empty pipe), took one of the program's fds (its last one,
-// under RLIMIT_NOFILE), could itself be closed by a stale close_fd and
-// then closed a program fd that reused its number, and kcmp names a
-// process (a child forked after a run compared against its parent).
+// the dead entry and waits for its time-out, or, untimed, until shutdown.
+// Rejected: holding a duplicate of each such fd and comparing the two with
+// kcmp(KCMP_FILE).  The duplicate keeps the closed file registered in
+// epoll (its waiter is then woken "ready" on a number that names another
+// file), takes one of the program's fds (its last one, under
+// RLIMIT_NOFILE), can itself be closed by a stale close_fd, and kcmp
+// names a process (a child forked after a run compares against its
+// parent).
 // What is left: this, a close racing with the IO thread between the check
 // and libuv's epoll_ctl (microseconds, in the same loop iteration), and
 // waiters alone on a closed fd, which nothing changes, wait for their
@@ -88,18 +88,12 @@ void IoManager::start_wait(Request* r) {
     auto* e = new FdEntry;
     int rc = uv_poll_init(&loop_, &e->handle, r->fd);
     struct stat st {};
-    if (rc == 0 && r->sticky) {  // Note [A plain close under a wait]: for a user's wait joining
+    if (rc == 0) {  // remember the file: Note [A plain close under a wait]
       if (::fstat(r->fd, &st) == 0) {
         e->file_known = true;
         e->dev = st.st_dev;
         e->ino = st.st_ino;
-      }
-    } else if (rc == 0) {  // remember the file: Note [A plain close under a wait]
-      if (::fstat(r->fd, &st) == 0) {
-        e->file_known = true;
-        e->dev = st.st_dev;
-        e->ino = st.st_ino;
-      } else {  // closed since uv_poll_init's probes
+      } else if (!r->sticky) {  // closed since uv_poll_init's probes (net's fds stay open)
         rc = -errno;  // libuv's error codes are negated errnos on Unix
         e->handle.data = e;
         uv_close(reinterpret_cast<uv_handle_t*>(&e->handle), &IoManager::on_poll_closed);

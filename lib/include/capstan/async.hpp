@@ -186,11 +186,11 @@ class async_group {
   }
 
   // kill_child kills a child for a cancel.  Deadlock detection raises
-  // blocked_indefinitely in a killer only when every blocked thread is
-  // one, or the rest cannot take an exception (Note [Breaking a deadlock]
-  // in rts/exception/deadlock.cpp); the child is then a killer raised too,
-  // or will end on its own: either way the cancel goes on to wait for
-  // its report instead of throwing out of a destructor.
+  // blocked_indefinitely in a killer only when its kill leads to no raised
+  // thread (Note [Breaking a deadlock] in rts/exception/deadlock.cpp): the
+  // child is a thrower in a cycle, raised too, or blocked while unwinding,
+  // where no exception can reach it.  Either way the cancel goes on to
+  // wait for its report instead of throwing out of a destructor.
   static void kill_child(thread_id t) {
     try {
       kill_thread(t);
