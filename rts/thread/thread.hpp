@@ -53,39 +53,43 @@ struct EhGlobals {
   unsigned int uncaught = 0;
 };
 
-struct Thread {
+// Note [The hand-off's cache lines]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every field an mvar hand-off touches - blocking (park_wait,
+// publish_wait, park_current), waking (serve, wake, the run queue), and
+// the switch on both sides (switch_to) - lives in the first 128 bytes, and
+// a Thread starts on a cache line: a hop touches two adjacent lines of each
+// thread, which the L2's pair prefetcher fetches together.  In declaration
+// order the same fields were spread over five lines (wait_tag and
+// last_ran_ns at 128, blocked_on and waiter at 200, async_pending at 240,
+// unarmed_timeouts at 280), and ring's and threads003's 500 threads do not
+// fit in L1: each hop then waited on more lines from L2.  What starting
+// and ending a thread touches comes next (line 2, then the inline
+// closure on line 3), then the rest (IO waits, the trace, the exception
+// machinery beyond its flag).  Kept by the static_asserts under the
+// struct.
+struct alignas(64) Thread {
   static constexpr std::size_t kInlineClosure = 64;
 
+  // --- line 0: the run queue, the switch and the wait ---
   void* sp = nullptr;              // saved context; null until first run
   Thread* link = nullptr;          // run queue / inbox / free list (owner: see above)
   Capability* cap = nullptr;       // capability that runs it next
   void* stack_lo = nullptr;        // usable stack [stack_lo, +size), null until first run
-  std::uint64_t id = 0;
+  Task* bound_task = nullptr;      // bound threads: the Task (OS thread) that runs them
+  // What the thread is blocked on, guarded by wait_lock.
+  detail::mvar_core* blocked_on = nullptr;
+  detail::waiter* waiter = nullptr;
+  int saved_errno = 0;
   ThreadState state = ThreadState::runnable;
   WhyBlocked why = WhyBlocked::not_blocked;
   bool locked = false;             // fork_on or bound: never migrates
-  bool bound = false;              // runs only on bound_task's OS thread
-  bool is_main = false;            // run()'s main thread (never killed at shutdown)
-  bool spark_thread = false;       // a spark thread: it ends at shutdown, not killed
-  // On one of the arena's reserve stacks: no other stack could be had at
-  // its first run (Note [Running out of stacks] in storage/stack.cpp).
-  // [owner: the capability running it]
-  bool on_reserve = false;
-  bool returning = false;            // returning from a safe call: front of the queue
-  Task* bound_task = nullptr;      // bound threads: the Task (OS thread) that runs them
   bool has_eh = false;             // eh holds saved state (inside a catch / unwinding)
-  int saved_errno = 0;
-  EhGlobals eh;
 
-  const detail::closure_ops* ops = nullptr;
-  void* closure = nullptr;         // inline_closure or heap
-  std::size_t closure_align = 0;   // of a heap closure
-  std::string* label = nullptr;    // owner: the thread itself / label_thread under all_lock
-  // An IO-manager wait in progress ([owner]; read racily by dumps: Note [A
-  // thread dump is a snapshot] in thread/dump.cpp): what it waits for, and
-  // the fd, or the sleep's deadline on now_ns()'s clock.
-  IoWait io_wait = IoWait::none;
-  std::int64_t io_arg = 0;
+  // --- line 1: the rest of what a hand-off reads or writes ---
+  // When it last stopped running (switched away), on the ticker's coarse
+  // clock (Runtime::coarse_now_ns, [owner]; read racily by dumps).
+  std::int64_t last_ran_ns = 0;
   // The operation and primitive of the mvar_core wait in progress
   // (waiter::kind, waiter::what, in that order: copied together when it
   // parks; [owner], read racily by dumps): the waiter itself may be gone by
@@ -94,9 +98,57 @@ struct Thread {
     std::uint8_t op;    // waiter::kind
     std::uint8_t what;  // waiter::what
   } wait_tag{};
-  // When it last stopped running (switched away), on the ticker's coarse
-  // clock (Runtime::coarse_now_ns, [owner]; read racily by dumps).
-  std::int64_t last_ran_ns = 0;
+  std::atomic<bool> async_pending{false};  // [atomic] pending list non-empty (written under wait_lock)
+  // Requeued while still running on its OS thread: true from just before
+  // the push until the switch away has saved its context (released on the
+  // landing side).  Thieves skip it: Note [Requeued while still running]
+  // in schedule/steal.cpp.
+  std::atomic<bool> leaving{false};
+  Mask mask = Mask::unmasked;       // [owner]; read by throwers under wait_lock while blocked
+  // Guards blocked_on, waiter and the fields marked [lock: wait_lock].
+  SpinLock wait_lock;
+  bool bound = false;              // runs only on bound_task's OS thread
+  bool returning = false;          // returning from a safe call: front of the queue
+  unsigned unarmed_timeouts = 0;    // [owner] frames in `timeouts` with no timer registered
+  bool is_main = false;            // run()'s main thread (never killed at shutdown)
+  bool spark_thread = false;       // a spark thread: it ends at shutdown, not killed
+  // On one of the arena's reserve stacks: no other stack could be had at
+  // its first run (Note [Running out of stacks] in storage/stack.cpp).
+  // [owner: the capability running it]
+  bool on_reserve = false;
+  std::uint64_t id = 0;
+  // Asynchronous exceptions: Note [Raising asynchronously] in schedule/raise.cpp.
+  // live_id: the id while the thread is started and not finished, else 0;
+  // a thrower holding wait_lock trusts a Thread* only if live_id is the id
+  // it was given ([atomic]; written under wait_lock once wait locks are on).
+  std::atomic<std::uint64_t> live_id{0};
+  // Note [Timed takes]: the token of the timed wait in progress, 0 if none
+  // ([lock: wait_lock]); tokens come from timed_next ([owner]: the thread),
+  // never reset, so a stale timer never matches a later wait.
+  std::uint64_t timed_seq = 0;
+  EhGlobals eh;
+
+  // --- line 2: starting and ending a thread ---
+  const detail::closure_ops* ops = nullptr;
+  void* closure = nullptr;         // inline_closure or heap
+  std::size_t closure_align = 0;   // of a heap closure
+  // Per-capability list of every live thread (home->all_lock); used to find
+  // blocked threads at shutdown.  See Note [Killing a blocked thread].
+  Capability* home = nullptr;
+  Thread* all_prev = nullptr;
+  Thread* all_next = nullptr;
+  std::string* label = nullptr;    // owner: the thread itself / label_thread under all_lock
+  std::uint64_t timed_next = 0;
+
+  // --- line 3: the closure, when it fits ---
+  alignas(16) unsigned char inline_closure[kInlineClosure];
+
+  // --- the rest ---
+  // An IO-manager wait in progress ([owner]; read racily by dumps: Note [A
+  // thread dump is a snapshot] in thread/dump.cpp): what it waits for, and
+  // the fd, or the sleep's deadline on now_ns()'s clock.
+  IoWait io_wait = IoWait::none;
+  std::int64_t io_arg = 0;
   // Event trace (+RTS -l) only, trace/trace.cpp: the wake-up flow that ends
   // at its next run ([waker writes before the wake, runner reads after]);
   // the start of the safe call it is in and that call's Task ([owner]);
@@ -106,43 +158,20 @@ struct Thread {
   unsigned trace_call_task = 0;
   bool trace_killed = false;
 
-  // Per-capability list of every live thread (home->all_lock); used to find
-  // blocked threads at shutdown.  See Note [Killing a blocked thread].
-  Capability* home = nullptr;
-  Thread* all_prev = nullptr;
-  Thread* all_next = nullptr;
-
-  // What the thread is blocked on, guarded by wait_lock.
-  SpinLock wait_lock;
-  detail::mvar_core* blocked_on = nullptr;
-  detail::waiter* waiter = nullptr;
-  // Note [Timed takes]: the token of the timed wait in progress, 0 if none
-  // ([lock: wait_lock]); tokens come from timed_next ([owner]: the thread),
-  // never reset, so a stale timer never matches a later wait.
-  std::uint64_t timed_seq = 0;
-  std::uint64_t timed_next = 0;
-
-  // Asynchronous exceptions: Note [Raising asynchronously] in schedule/raise.cpp.
-  // live_id: the id while the thread is started and not finished, else 0;
-  // a thrower holding wait_lock trusts a Thread* only if live_id is the id
-  // it was given ([atomic]; written under wait_lock once wait locks are on).
-  std::atomic<std::uint64_t> live_id{0};
-  // Requeued while still running on its OS thread: true from just before
-  // the push until the switch away has saved its context (released on the
-  // landing side).  Thieves skip it: Note [Requeued while still running]
-  // in schedule/steal.cpp.
-  std::atomic<bool> leaving{false};
-  std::atomic<bool> async_pending{false};  // [atomic] pending list non-empty (written under wait_lock)
-  Mask mask = Mask::unmasked;       // [owner]; read by throwers under wait_lock while blocked
   ThrowMsg* pending_head = nullptr; // [lock: wait_lock] FIFO of exceptions thrown to us
   ThrowMsg* pending_tail = nullptr; // [lock: wait_lock]
   std::exception_ptr raised;        // [thrower writes, then owner] for a wait that was interrupted
   TimeoutFrame* timeouts = nullptr; // [owner] innermost timeout() in progress (io/timeouts.cpp)
-  unsigned unarmed_timeouts = 0;    // [owner] frames in `timeouts` with no timer registered
   TimeoutFrame* armed = nullptr;    // [lock: wait_lock] frames with a timer registered
 
   void* tsan_fiber = nullptr;      // ThreadSanitizer fiber, if running under TSan
-  alignas(16) unsigned char inline_closure[kInlineClosure];
 };
+
+// See Note [The hand-off's cache lines].
+static_assert(offsetof(Thread, has_eh) < 64 && offsetof(Thread, waiter) < 64 &&
+              offsetof(Thread, bound_task) < 64);
+static_assert(offsetof(Thread, eh) + sizeof(EhGlobals) <= 128 &&
+              offsetof(Thread, unarmed_timeouts) < 128 && offsetof(Thread, wait_tag) < 128);
+static_assert(offsetof(Thread, timed_next) < 192 && offsetof(Thread, inline_closure) == 192);
 
 }  // namespace capstan::rts
