@@ -48,7 +48,12 @@ namespace capstan::rts {
 //    pointer followed is to a live Thread or Capability.  The dump never
 //    follows blocked_on or waiter (the waiter is on the blocked thread's
 //    stack and may be gone): it prints the address only, and the kind of
-//    wait was copied into the Thread when it parked.
+//    wait was copied into the Thread when it parked.  That address is the
+//    primitive's own, the one the program holds: every primitive built on
+//    detail::mvar_core declares its queue as its first member (a future's
+//    queue is in the state it shares with its promise, so a future prints
+//    that state's address).  Dump.NamesEachPrimitiveByItsOwnAddress checks
+//    each.
 //  * Each field is read once, with a relaxed atomic load of one aligned
 //    word or byte (snap), so each value is one its owner wrote - but two
 //    fields may be from different moments ("blocked" with the wait already

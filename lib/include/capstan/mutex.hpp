@@ -280,8 +280,11 @@ class mutex {
     woken.wake_all();
   }
 
-  std::atomic<std::uint32_t> state_{kFree};  // [atomic] Note [Mutex hand-off]
+  // The queue first: a thread dump names a blocked thread's primitive by
+  // its queue's address, which is then the mutex's (Note [A thread dump is
+  // a snapshot] in rts/thread/dump.cpp).
   detail::mvar_core core_;                   // the queue of lockers
+  std::atomic<std::uint32_t> state_{kFree};  // [atomic] Note [Mutex hand-off]
 };
 
 // timed_mutex is mutex with time limits (std::timed_mutex).

@@ -100,8 +100,11 @@ class wait_group {
     return true;
   }
 
-  std::atomic<std::ptrdiff_t> count_;  // [atomic] outstanding tasks
+  // The queue first: a thread dump names a blocked thread's primitive by
+  // its queue's address (Note [A thread dump is a snapshot] in
+  // rts/thread/dump.cpp).
   detail::mvar_core core_;             // the queue of waiters
+  std::atomic<std::ptrdiff_t> count_;  // [atomic] outstanding tasks
 };
 
 }  // namespace capstan

@@ -131,6 +131,87 @@ TEST_P(Dump, NamesEveryThreadAndWhatItWaitsOn) {
   });
 }
 
+// address_of formats p as the dump does (fmt::ptr: 0x and lowercase hex).
+std::string address_of(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// A blocked thread's line names the primitive it waits in by the
+// primitive's own address - the one the program has - for every primitive
+// (a mutex's and a wait_group's used to show their queue's, 8 bytes in).
+TEST_P(Dump, NamesEachPrimitiveByItsOwnAddress) {
+  run([&] {
+    capstan::mvar<int> mv;
+    capstan::chan<int> ch;
+    capstan::mutex mu;
+    capstan::timed_mutex tm;
+    capstan::shared_mutex sm;
+    capstan::mutex cv_mu;
+    capstan::condition_variable cv;
+    capstan::counting_semaphore<> sem(0);
+    capstan::latch lat(1);
+    capstan::barrier<> bar(2);
+    capstan::wait_group wg(1);
+    bool cv_go = false;
+    mu.lock();
+    tm.lock();
+    sm.lock();
+    struct probe {
+      capstan::thread_id id;
+      const void* where;
+      const char* what;
+    };
+    std::vector<probe> probes = {
+        {capstan::fork_io([&] { mv.take(); }), &mv, "mvar take"},
+        {capstan::fork_io([&] { ch.read(); }), &ch, "chan read"},
+        {capstan::fork_io([&] { std::lock_guard<capstan::mutex> g(mu); }), &mu, "mutex lock"},
+        {capstan::fork_io([&] { std::lock_guard<capstan::timed_mutex> g(tm); }), &tm, "mutex lock"},
+        {capstan::fork_io([&] { std::shared_lock<capstan::shared_mutex> g(sm); }), &sm,
+         "shared_mutex lock_shared"},
+        {capstan::fork_io([&] {
+           std::unique_lock<capstan::mutex> g(cv_mu);
+           cv.wait(g, [&] { return cv_go; });
+         }),
+         &cv, "condition_variable wait"},
+        {capstan::fork_io([&] { sem.acquire(); }), &sem, "semaphore acquire"},
+        {capstan::fork_io([&] { lat.wait(); }), &lat, "latch wait"},
+        {capstan::fork_io([&] { bar.arrive_and_wait(); }), &bar, "barrier wait"},
+        {capstan::fork_io([&] { wg.wait(); }), &wg, "wait_group wait"},
+    };
+    ASSERT_TRUE(capstan_test::green_wait_until([&] {
+      for (const probe& p : probes)
+        if (!blocked(p.id)) return false;
+      return true;
+    }));
+    std::string dump = dump_to_string();
+    SCOPED_TRACE(dump);
+    for (const probe& p : probes) {
+      std::string want = std::string("blocked on ") + p.what + " " + address_of(p.where) + ",";
+      EXPECT_NE(line_of(dump, p.id).find(want), std::string::npos) << "wanted: " << want;
+    }
+    mv.put(1);
+    ch.write(2);
+    mu.unlock();
+    tm.unlock();
+    sm.unlock();
+    {
+      std::lock_guard<capstan::mutex> g(cv_mu);
+      cv_go = true;
+    }
+    cv.notify_all();
+    sem.release();
+    lat.count_down();
+    bar.arrive_and_drop();
+    wg.done();
+    for (const probe& p : probes)
+      ASSERT_TRUE(capstan_test::green_wait_until([&] {
+        return capstan::state_of(p.id) == capstan::thread_state::finished;
+      }));
+  });
+}
+
 // A shared_mutex's shared waiter is named for lock_shared, an exclusive
 // one for lock (both read "shared_mutex lock" before).
 TEST_P(Dump, NamesSharedAndExclusiveWaitsOfASharedMutex) {
