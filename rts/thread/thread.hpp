@@ -59,11 +59,12 @@ struct EhGlobals {
 // publish_wait, park_current), waking (serve, wake, the run queue), and
 // the switch on both sides (switch_to) - lives in the first 128 bytes, and
 // a Thread starts on a cache line: a hop touches two adjacent lines of each
-// thread, which the L2's pair prefetcher fetches together.  In declaration
-// order the same fields were spread over five lines (wait_tag and
-// last_ran_ns at 128, blocked_on and waiter at 200, async_pending at 240,
-// unarmed_timeouts at 280), and ring's and threads003's 500 threads do not
-// fit in L1: each hop then waited on more lines from L2.  What starting
+// thread, which the L2's pair prefetcher fetches together.  Declared in
+// the order they were added, the same fields spread over five lines
+// (wait_tag and last_ran_ns at 128, blocked_on and waiter at 200,
+// async_pending at 240, unarmed_timeouts at 280), and ring's and
+// threads003's 500 threads do not fit in L1: each hop waited on more lines
+// from L2 (the figures: docs/benchmarks.md, "Core runtime").  What starting
 // and ending a thread touches comes next (line 2, then the inline
 // closure on line 3), then the rest (IO waits, the trace, the exception
 // machinery beyond its flag).  Kept by the static_asserts under the
