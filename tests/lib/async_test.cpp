@@ -149,18 +149,33 @@ TEST_P(Async, AWatchdogCancelsWhileTheOwnerWaits) {
 // the first gets it.
 TEST_P(Async, ASecondConcurrentWaitIsAUsageError) {
   run([] {
-    async a([] {
-      sleep_for(20ms);
+    // No sleeps: "main is waiting by now" after 5 ms did not hold on a
+    // loaded machine (main descheduled, or slow under a sanitizer), and
+    // then `second` made the first wait and main's wait threw.  The child
+    // finishes only once `second` is itself waiting, behind main.
+    mvar<int> gate;
+    const thread_id main_thread = self();
+    async a([&] {
+      gate.take();
       return 7;
     });
     async second([&] {
-      sleep_for(5ms);  // main is waiting by now
+      // main blocks only in its wait(), the first.
+      EXPECT_TRUE(green_wait_until([&] { return state_of(main_thread) == thread_state::blocked; }));
+      const thread_id me = self();
+      async release([&] {  // once this wait() is queued behind main's
+        EXPECT_TRUE(green_wait_until([&] { return state_of(me) == thread_state::blocked; }));
+        gate.put(1);
+      });
+      std::string what;
       try {
         a.wait();
-        return std::string("second wait returned");
+        what = "second wait returned";
       } catch (const usage_error& e) {
-        return std::string(e.what());
+        what = e.what();
       }
+      release.wait();
+      return what;
     });
     EXPECT_EQ(a.wait(), 7);
     EXPECT_NE(second.wait().find("already taken by an earlier wait()"), std::string::npos);
