@@ -178,13 +178,24 @@ TEST_P(Sync, LatchArriveAndWaitMeetsEveryone) {
 // Now it raises nothing; the kill waits for the thread's next yield.
 TEST_P(Sync, ALastArrivalFromADestructorRaisesNothingThere) {
   run([&] {
-    auto on_done = []() noexcept { capstan::sleep_for(std::chrono::milliseconds(20)); };
+    // The completion blocks until main's kill waits for the phase (a gate,
+    // not a 20 ms sleep that main's 5 ms sleep had to land inside: on a
+    // loaded machine main came late, after the yield, and nothing landed).
+    std::atomic<bool> in_completion{false};
+    capstan::mvar<int> gate;
+    auto on_done = [&]() noexcept {
+      in_completion = true;
+      gate.take();
+    };
     capstan::barrier<decltype(on_done)> b(2, on_done);
     capstan::mvar<int> waiter_done, killed_at_yield;
-    capstan::fork_io([&] {
+    capstan::thread_id waiter = capstan::fork_io([&] {
       b.arrive_and_wait();
       waiter_done.put(1);
     });
+    // The waiter arrives first, so that `last` is the last arrival (at -N2
+    // and up it could otherwise arrive second, and `last` run no completion).
+    ASSERT_TRUE(green_wait_until([&] { return blocked(waiter); }));
     std::atomic<bool> arriving{false};
     capstan::thread_id last = capstan::fork_io([&] {
       struct drops {
@@ -203,11 +214,16 @@ TEST_P(Sync, ALastArrivalFromADestructorRaisesNothingThere) {
         throw;
       }
     });
-    ASSERT_TRUE(green_wait_until([&] { return arriving.load(); }));
-    capstan::sleep_for(std::chrono::milliseconds(5));  // inside the completion
-    capstan::kill_thread(last);
+    ASSERT_TRUE(green_wait_until([&] { return arriving.load() && in_completion.load() && blocked(last); }));
+    const capstan::thread_id me = capstan::self();
+    capstan::async opener([&] {  // once the kill below waits for the phase
+      (void)green_wait_until([&] { return blocked(me); });
+      gate.put(1);
+    });
+    capstan::kill_thread(last);  // reaches the completion, blocked in it
     EXPECT_EQ(waiter_done.take(), 1);
     EXPECT_EQ(killed_at_yield.take(), 1);
+    opener.wait();
   });
 }
 
@@ -219,16 +235,22 @@ TEST_P(Sync, ALastArrivalFromADestructorRaisesNothingThere) {
 TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
   run([&] {
     std::atomic<int> completions{0};
+    // A gate, not a sleep main had to land inside: as in the test above.
+    std::atomic<bool> in_completion{false};
+    capstan::mvar<int> gate;
     auto on_done = [&]() noexcept {
-      capstan::sleep_for(std::chrono::milliseconds(20));
+      in_completion = true;
+      gate.take();
       completions.fetch_add(1);
     };
     capstan::barrier<decltype(on_done)> b(2, on_done);
     capstan::mvar<int> waiter_done, last_killed;
-    capstan::fork_io([&] {
+    capstan::thread_id waiter = capstan::fork_io([&] {
       b.arrive_and_wait();
       waiter_done.put(1);
     });
+    // The waiter arrives first, so that `last` runs the completion.
+    ASSERT_TRUE(green_wait_until([&] { return blocked(waiter); }));
     std::atomic<bool> arriving{false};
     capstan::thread_id last = capstan::fork_io([&] {
       try {
@@ -241,12 +263,17 @@ TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
         throw;
       }
     });
-    ASSERT_TRUE(green_wait_until([&] { return arriving.load(); }));
-    capstan::sleep_for(std::chrono::milliseconds(5));  // inside the completion
-    capstan::kill_thread(last);
+    ASSERT_TRUE(green_wait_until([&] { return arriving.load() && in_completion.load() && blocked(last); }));
+    const capstan::thread_id me = capstan::self();
+    capstan::async opener([&] {  // once the kill below waits for the phase
+      (void)green_wait_until([&] { return blocked(me); });
+      gate.put(1);
+    });
+    capstan::kill_thread(last);  // reaches the completion, blocked in it
     EXPECT_EQ(waiter_done.take(), 1) << "the phase's waiter was not released";
     EXPECT_EQ(last_killed.take(), 1) << "the kill was not raised after the completion, at the yield";
     EXPECT_EQ(completions.load(), 1);
+    opener.wait();
   });
 }
 
