@@ -70,8 +70,12 @@ TEST_P(Mask, MaskedThreadDefersUntilUnmask) {
       }
     });
     ASSERT_TRUE(green_wait_until([&] { return in_mask.load(); }));
-    fork_io([&] {
-      sleep_for(10ms);
+    // Let t leave its mask only once main waits in throw_to (not after a
+    // 10 ms sleep: main descheduled that long at -N2 and up threw to a
+    // thread that had unmasked and finished, and nothing ever landed).
+    const thread_id me = self();
+    fork_io([&, me] {
+      (void)green_wait_until([&] { return state_of(me) == thread_state::blocked; });
       leave = true;
     });
     throw_to(t, boom{});
@@ -118,8 +122,12 @@ TEST_P(Mask, PendingExceptionRaisedAtTheNextBlockingCall) {
       });
     });
     ASSERT_TRUE(green_wait_until([&] { return in_mask.load(); }));
-    fork_io([&] {
-      sleep_for(10ms);
+    // go only once main waits in throw_to, so that the exception is
+    // pending when t blocks (after a 10 ms sleep, a late main found t
+    // already blocked, and the pending path went untested).
+    const thread_id me = self();
+    fork_io([&, me] {
+      (void)green_wait_until([&] { return state_of(me) == thread_state::blocked; });
       go = true;
     });
     throw_to(t, boom{});

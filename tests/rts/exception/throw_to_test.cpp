@@ -260,8 +260,12 @@ TEST_P(ThrowTo, SafeCallReceivesItOnReturn) {
       }
     });
     ASSERT_TRUE(green_wait_until([&] { return in_call.load(); }));
-    fork_io([&] {
-      sleep_for(20ms);
+    // Release the call only once main waits in throw_to (not after a
+    // 20 ms sleep: main descheduled that long at -N2 and up threw to a
+    // thread that had returned and finished, and nothing was caught).
+    const thread_id me = self();
+    fork_io([&, me] {
+      (void)green_wait_until([&] { return state_of(me) == thread_state::blocked; });
       release = true;
     });
     throw_to(t, boom{0});
