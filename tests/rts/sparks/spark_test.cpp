@@ -459,10 +459,15 @@ TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
   std::string log;
   run(capstan_test::opts(1), [&] {
     // timeout: the timeout_expired interrupts the evaluation.
+    // The first evaluation waits until it is interrupted (a 30 ms sleep
+    // raced the 2 ms time-out, and main's 5 ms sleep before its throw_to:
+    // on a loaded machine the interrupt could come after the evaluation).
     {
+      capstan::mvar<int> never;
+      std::atomic<bool> first{true};
       auto s = capstan::par([&] {
         evaluations.fetch_add(1);
-        capstan::sleep_for(std::chrono::milliseconds(30));
+        if (first.exchange(false)) (void)never.take();
         return 7;
       });
       bool timed_out = !capstan::timeout(std::chrono::milliseconds(2), [&] { return s.get(); });
@@ -472,10 +477,12 @@ TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
     // throw_to from another thread, a type the program defines.
     {
       capstan::mvar<std::string> out;
+      capstan::mvar<int> never;
+      std::atomic<bool> first{true};
       capstan::thread_id maker = capstan::fork_io([&] {
         auto s = capstan::par([&] {
           evaluations.fetch_add(1);
-          capstan::sleep_for(std::chrono::milliseconds(30));
+          if (first.exchange(false)) (void)never.take();
           return 8;
         });
         std::string r;
@@ -487,7 +494,9 @@ TEST_F(SparkPool, AnAsyncExceptionInAnInlineEvaluationIsNotTheSparksResult) {
         r += ";second=" + std::to_string(s.get());
         out.put(r);
       });
-      capstan::sleep_for(std::chrono::milliseconds(5));
+      // The maker evaluates the spark itself (-N1), blocked in it.
+      ASSERT_TRUE(capstan_test::green_wait_until(
+          [&] { return capstan::state_of(maker) == capstan::thread_state::blocked; }));
       capstan::throw_to(maker, interrupt{3});
       log += out.take() + ";";
     }
