@@ -133,6 +133,9 @@ TEST_P(LongWaits, DurationMaxWaitsForWhatItWaitsFor) {
     {
       // sleep_for(hours::max()) sleeps: still blocked after 20 ms; killed.
       auto t = capstan::fork_io([] { capstan::sleep_for(hours::max()); });
+      // Once t has run (a t not yet started after 20 ms, on a loaded
+      // machine, said `running`): blocked, or finished if it returned.
+      ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(t) != capstan::thread_state::running; }));
       capstan::sleep_for(20ms);
       EXPECT_TRUE(blocked(t)) << "sleep_for(hours::max()) returned";
       capstan::kill_thread(t);
