@@ -510,12 +510,15 @@ TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) 
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     // accept under a time-out, woken by a client, its deadline passed before it runs
     capstan::mvar<int> accepted;
-    capstan::fork_io([&] {
+    capstan::thread_id acceptor = capstan::fork_io([&] {
       auto c = capstan::timeout(30ms, [&] { return l.accept(); });
       accepted.put(c ? 1 : 0);
       if (c) c->write_all("A", 1);
     });
-    capstan::sleep_for(5ms);  // the acceptor parks
+    // The acceptor parks.  Waited for by its state, not a 5 ms sleep: the
+    // client must arrive within the 30 ms deadline, and a sleep that ended
+    // 25 ms late on a loaded machine let the time-out fire first.
+    ASSERT_TRUE(capstan_test::green_wait_until([&] { return capstan::state_of(acceptor) == capstan::thread_state::blocked; }));
     int client = raw_connect(l.port());
     ASSERT_GE(client, 0);
     timeval limit{2, 0};  // a dropped connection never answers: fail, do not hang
@@ -534,12 +537,13 @@ TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) 
     auto c = capstan::net::connect("127.0.0.1", l.port());
     auto srv = server_side.take();
     capstan::mvar<std::string> got;
-    capstan::fork_io([&] {
+    capstan::thread_id reader = capstan::fork_io([&] {
       char buf[16];
       auto n = capstan::timeout(30ms, [&] { return c.read(buf, sizeof buf); });
       got.put(n ? std::string(buf, *n) : std::string("timed out"));
     });
-    capstan::sleep_for(5ms);  // the reader parks
+    // The reader parks (by its state, as above).
+    ASSERT_TRUE(capstan_test::green_wait_until([&] { return capstan::state_of(reader) == capstan::thread_state::blocked; }));
     srv.write_all("first", 5);
     std::this_thread::sleep_for(60ms);
     EXPECT_EQ(got.take(), "first");
