@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../stress/stress.hpp"
 #include "capstan_test.hpp"
@@ -420,64 +421,84 @@ TEST_P(InterruptedWaits, DeadlockOnEveryPrimitive) {
 }
 
 // Shutdown while threads wait on everything, including a cv waiter whose
-// mutex is held by a thread blocked on a semaphore.
+// mutex is held by a thread blocked on a semaphore: every one of them is
+// killed (its handler sees thread_killed), none is abandoned.
 TEST_P(InterruptedWaits, ShutdownWhileWaitingOnEverything) {
+  // The primitives outlive the run: the threads blocked on them are killed
+  // as it ends.
+  struct primitives {
+    capstan::mutex m, cvm;
+    capstan::timed_mutex tm;
+    capstan::shared_mutex sm;
+    capstan::condition_variable cv;
+    capstan::counting_semaphore<> sem{0};
+    capstan::latch l{1};
+    capstan::barrier<> bar{3};
+    capstan::wait_group wg{1};
+    capstan::promise<int> p;
+    capstan::future<int> f = p.get_future();
+  };
+  auto prims = std::make_unique<primitives>();
+  primitives& x = *prims;
   std::atomic<int> killed{0};
+  int spawned = 0;
   run([&] {
-    auto& m = *new capstan::mutex;
-    auto& tm = *new capstan::timed_mutex;
-    auto& sm = *new capstan::shared_mutex;
-    auto& cv = *new capstan::condition_variable;
-    auto& sem = *new capstan::counting_semaphore<>(0);
-    auto& l = *new capstan::latch(1);
-    auto& bar = *new capstan::barrier<>(3);
-    auto& wg = *new capstan::wait_group(1);
-    auto& p = *new capstan::promise<int>;
-    auto& f = *new capstan::future<int>(p.get_future());
-    auto& cvm = *new capstan::mutex;
+    std::vector<capstan::thread_id> ids;
     auto spawn = [&](auto fn) {
-      return capstan::fork_io([&killed, fn] {
+      ++spawned;
+      ids.push_back(capstan::fork_io([&killed, fn] {
         try {
           fn();
         } catch (const capstan::thread_killed&) {
           ++killed;
           throw;
         }
-      });
+      }));
     };
     std::atomic<bool> holder_in{false};
     spawn([&] {
-      std::lock_guard<capstan::mutex> g(cvm);
+      std::lock_guard<capstan::mutex> g(x.cvm);
       holder_in = true;
-      sem.acquire();
+      x.sem.acquire();
     });
-    green_wait_until([&] { return holder_in.load(); });
-    (void)capstan::timeout(20ms, [] {});
+    ASSERT_TRUE(green_wait_until([&] { return holder_in.load(); }));
     spawn([&] {
-      std::unique_lock<capstan::mutex> lk(cvm);
-      cv.wait(lk);
-    });
-    spawn([&] {
-      m.lock();
-      m.lock();
+      std::unique_lock<capstan::mutex> lk(x.cvm);
+      x.cv.wait(lk);
     });
     spawn([&] {
-      tm.lock();
-      (void)tm.try_lock_for(3600s);
+      x.m.lock();
+      x.m.lock();
     });
     spawn([&] {
-      sm.lock();
+      x.tm.lock();
+      (void)x.tm.try_lock_for(3600s);
+    });
+    spawn([&] {
+      x.sm.lock();
       capstan::sleep_for(3600s);
     });
-    spawn([&] { sm.lock_shared(); });
-    spawn([&] { sm.lock(); });
-    spawn([&] { sem.acquire(); });
-    spawn([&] { l.wait(); });
-    spawn([&] { bar.arrive_and_wait(); });
-    spawn([&] { wg.wait(); });
-    spawn([&] { (void)f.get(); });
-    capstan::sleep_for(50ms);
+    spawn([&] { x.sm.lock_shared(); });
+    spawn([&] { x.sm.lock(); });
+    spawn([&] { x.sem.acquire(); });
+    spawn([&] { x.l.wait(); });
+    spawn([&] { x.bar.arrive_and_wait(); });
+    spawn([&] { x.wg.wait(); });
+    spawn([&] { (void)x.f.get(); });
+    ASSERT_TRUE(green_wait_until([&] {
+      for (capstan::thread_id t : ids)
+        if (!blocked(t)) return false;
+      return true;
+    }));
   });
+  EXPECT_EQ(killed.load(), spawned);
+  EXPECT_EQ(capstan::statistics().threads_abandoned, 0u);
+  EXPECT_GE(capstan::statistics().threads_killed, static_cast<std::uint64_t>(spawned));
+  // Locks the killed threads held are still held: give them back before
+  // the primitives go.
+  x.m.unlock();
+  x.tm.unlock();
+  x.sm.unlock();
 }
 
 }  // namespace
