@@ -59,16 +59,20 @@ void send_cancel(Request* r) noexcept {
 // Most threads that unwind through await are being killed at shutdown,
 // and what a kill costs is the unwinder's work per frame: about 550 ns
 // for a frame it must stop in (a landing pad, then _Unwind_Resume), less
-// for one it passes.  So the cancel is sent before the throw, and the
-// throw (raise_outcome) comes after every object of this frame has gone:
-// the blocking call's frame - await is inlined into it for the same
-// reason - has no landing pad at the throw.  Only an exception due before
-// the thread blocked (thrown from inside the wait) meets the guard, which
-// cancels then.  It was a catch-and-rethrow first (the rethrow searched the
-// stack a second time), then a destructor (a landing pad and a resume per
-// kill): callgrind, `shutdown` -N1, per kill: 33,450 instructions with the
-// destructor.
-[[gnu::always_inline]] inline int await(Request* r, IoWait what, std::int64_t arg) {
+// for one it passes, and less again for a frame with no cleanups at all
+// (Note [A kill's frames have no cleanups] in mvar/mvar_core.cpp).  So the
+// cancel is sent before the throw, and the throw (raise_outcome) comes
+// from the blocking call's own frame - await is inlined into it for the
+// same reason - once the wait has returned: the guard that cancels when an
+// exception is due before the thread blocks (thrown from inside the wait)
+// lives in wait_box's frame, which is gone by then, so the blocking call's
+// frame has no landing pad and no LSDA.  It was a catch-and-rethrow first
+// (the rethrow searched the stack a second time), then a destructor (a
+// landing pad and a resume per kill): callgrind, `shutdown` -N1, per kill:
+// 33,450 instructions with the destructor; then the guard in the blocking
+// call's frame (an LSDA the personality routine parsed in both phases).
+[[gnu::noinline]] bool wait_box(Request* r, Thread* me, std::optional<int>& dest,
+                                detail::waiter& w) {
   struct CancelOnThrow {
     Request* r;
     Thread* me;
@@ -78,18 +82,19 @@ void send_cancel(Request* r) noexcept {
       if (!returned) send_cancel(r);
     }
   };
+  CancelOnThrow guard{r, me};
+  bool served = detail::mvar_access::take_wait(r->box, dest, w);
+  guard.returned = true;
+  return served;
+}
+
+[[gnu::always_inline]] inline int await(Request* r, IoWait what, std::int64_t arg) {
   Thread* me = green_task()->cap->current;  // callers checked: a green thread
   me->io_wait = what;
   me->io_arg = arg;
   std::optional<int> dest;
   detail::waiter w;
-  bool served;
-  {
-    CancelOnThrow guard{r, me};
-    served = detail::mvar_access::take_wait(r->box, dest, w);
-    guard.returned = true;
-  }
-  if (!served) [[unlikely]] {
+  if (!wait_box(r, me, dest, w)) [[unlikely]] {
     send_cancel(r);
     detail::mvar_core::raise_outcome(w);
   }
@@ -147,16 +152,39 @@ void io_sleep(long long ns) {
   r->release();
 }
 
+namespace {
+
+// The failures of io_wait_fd, thrown from functions of their own: their
+// messages are strings, whose clean-up would give io_wait_fd's frame - on
+// the stack of every fd waiter killed at shutdown - an LSDA (Note [A
+// kill's frames have no cleanups] in mvar/mvar_core.cpp).
+[[noreturn, gnu::cold, gnu::noinline]] void throw_not_an_fd(const char* what, int fd) {
+  throw usage_error(fmt::format("{}: fd {} is not a file descriptor", what, fd));
+}
+[[noreturn, gnu::cold, gnu::noinline]] void throw_wait_failed(const char* what, int fd,
+                                                              int outcome, int err) {
+  switch (outcome) {
+    case iomgr::kClosed:
+      throw io_error(fmt::format(
+          "{}: fd {} was closed by close_fd while this thread waited on it", what, fd));
+    case iomgr::kInterrupted:
+      throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what, fd));
+    default:
+      throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(err)));
+  }
+}
+
+}  // namespace
+
 bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, bool sticky) {
   require_green_thread(what);
-  if (fd < 0)
-    throw usage_error(fmt::format("{}: fd {} is not a file descriptor", what, fd));
+  if (fd < 0) throw_not_an_fd(what, fd);
   if (timeout_ns == 0) {  // a check, not a wait
     struct pollfd p {fd, static_cast<short>(writable ? POLLOUT : POLLIN), 0};
     int n = ::poll(&p, 1, 0);
     detail::safe_point();
     if (n > 0 && (p.revents & POLLNVAL))  // not open: as the wait below reports it
-      throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(UV_EBADF)));
+      throw_wait_failed(what, fd, iomgr::kFailed, UV_EBADF);
     return n > 0;  // ready, or an error (POLLERR, POLLHUP) the caller's IO will report;
                    // poll's own failure (EINTR) is "not ready yet"
   }
@@ -170,17 +198,9 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, b
   int outcome = await(r, writable ? IoWait::fd_write : IoWait::fd_read, fd);
   int err = r->err;
   r->release();
-  switch (outcome) {
-    case iomgr::kReady: return true;
-    case iomgr::kTimedOut: return false;
-    case iomgr::kClosed:
-      throw io_error(fmt::format(
-          "{}: fd {} was closed by close_fd while this thread waited on it", what, fd));
-    case iomgr::kInterrupted:
-      throw io_error(fmt::format("{}: fd {} was closed while this thread waited on it", what, fd));
-    default:
-      throw io_error(fmt::format("{}: cannot poll fd {}: {}", what, fd, uv_strerror(err)));
-  }
+  if (outcome == iomgr::kReady) return true;
+  if (outcome == iomgr::kTimedOut) return false;
+  throw_wait_failed(what, fd, outcome, err);
 }
 
 void io_close_fd(int fd) {

@@ -131,8 +131,16 @@ class IoManager {
     // seq_cst: deadlock detection reads queued_ and then parked_ (Note
     // [Messages in flight] in io_manager.cpp).
     queued_.fetch_add(1, std::memory_order_seq_cst);
-    if (queue_.push(m)) uv_async_send(&async_);
+    if (queue_.push(m)) send_wakeup();
   }
+
+  // send_wakeup is uv_async_send(&async_), out of line and noexcept: libuv
+  // declares no exception specification, so inlined into a noexcept
+  // caller the call would need a terminate region in every blocking
+  // call's frame - an LSDA there, which the unwinder's personality routine
+  // parses on every kill (Note [A kill's frames have no cleanups] in
+  // mvar/mvar_core.cpp).
+  [[gnu::noinline]] void send_wakeup() noexcept { uv_async_send(&async_); }
 
   // push_quiet is push without the wake-up, for a cancel sent while the
   // runtime shuts down: Note [Quiet cancels at shutdown] (io_manager.cpp).
@@ -145,7 +153,7 @@ class IoManager {
   // all of them).  From a green thread, before shutdown() (Note [Quiet
   // cancels at shutdown]).
   void kick_quiet() noexcept {
-    if (quiet_.maybe_nonempty()) uv_async_send(&async_);
+    if (quiet_.maybe_nonempty()) send_wakeup();
   }
 
   // throttle makes a thread that starts timers wait (yielding its OS
