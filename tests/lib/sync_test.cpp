@@ -171,6 +171,19 @@ TEST_P(Sync, LatchArriveAndWaitMeetsEveryone) {
 
 // ---- barrier ----
 
+// kill_in_the_completion kills `last`, which is blocked at `gate` inside a
+// barrier's completion function, and opens the gate only once the kill
+// waits for the phase to complete (a sleep instead raced the kill).
+void kill_in_the_completion(capstan::thread_id last, capstan::mvar<int>& gate) {
+  const capstan::thread_id me = capstan::self();
+  capstan::async opener([&] {
+    (void)green_wait_until([&] { return blocked(me); });
+    gate.put(1);
+  });
+  capstan::kill_thread(last);  // reaches the completion, blocked in it
+  opener.wait();
+}
+
 // Note [Completing a phase]: the last arrival made from a destructor at an
 // ordinary scope exit (arrive_and_drop in a guard), with a kill reaching
 // the completion function.  arrive_n raised the pending kill itself once
@@ -215,15 +228,9 @@ TEST_P(Sync, ALastArrivalFromADestructorRaisesNothingThere) {
       }
     });
     ASSERT_TRUE(green_wait_until([&] { return arriving.load() && in_completion.load() && blocked(last); }));
-    const capstan::thread_id me = capstan::self();
-    capstan::async opener([&] {  // once the kill below waits for the phase
-      (void)green_wait_until([&] { return blocked(me); });
-      gate.put(1);
-    });
-    capstan::kill_thread(last);  // reaches the completion, blocked in it
+    kill_in_the_completion(last, gate);
     EXPECT_EQ(waiter_done.take(), 1);
     EXPECT_EQ(killed_at_yield.take(), 1);
-    opener.wait();
   });
 }
 
@@ -264,16 +271,10 @@ TEST_P(Sync, AKillDuringTheCompletionIsRaisedOnceThePhaseIsComplete) {
       }
     });
     ASSERT_TRUE(green_wait_until([&] { return arriving.load() && in_completion.load() && blocked(last); }));
-    const capstan::thread_id me = capstan::self();
-    capstan::async opener([&] {  // once the kill below waits for the phase
-      (void)green_wait_until([&] { return blocked(me); });
-      gate.put(1);
-    });
-    capstan::kill_thread(last);  // reaches the completion, blocked in it
+    kill_in_the_completion(last, gate);
     EXPECT_EQ(waiter_done.take(), 1) << "the phase's waiter was not released";
     EXPECT_EQ(last_killed.take(), 1) << "the kill was not raised after the completion, at the yield";
     EXPECT_EQ(completions.load(), 1);
-    opener.wait();
   });
 }
 
