@@ -147,10 +147,10 @@ class RunQueue {
   // the current thread's run.  A thread that never ran has no frame yet
   // (sp null): nothing to fetch.  Interleaved against the commit before,
   // -N1, medians of 9 and 7: threads003 20000 33.65 -> 31.64 and 33.07 ->
-  // 31.34 ns per hop (-5 to -6 %);
-  // medians of 7: ring, pingpong, threads001, threads003 at -N2 within
-  // 2 %, and killblocked, threads007 and shutdown within 1 % (their
-  // victims' unwinding, not the switch into them, is what costs).
+  // 31.34 ns per hop (-5 to -6 %); medians of 7: ring, pingpong,
+  // threads001, threads003 at -N2 within 2 %, and killblocked, threads007
+  // and shutdown within 1 % (their victims' unwinding, not the switch
+  // into them, is what costs).
   // Reading next->sp loads the next Thread's first line, which its run
   // reads anyway.  A prefetch never faults.  Tried and not kept: fetching
   // six lines of the frame instead of two (ring +9 %, threads003 +3 %),

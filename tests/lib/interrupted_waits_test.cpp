@@ -307,24 +307,20 @@ TEST_P(InterruptedWaits, DeadlockOnMutexCycleIsDetected) {
   capstan::latch never(1);
   EXPECT_THROW(run(force_opts(caps()),
                    [&] {
-                     capstan::fork_io([&] {
-                       try {
-                         std::lock_guard<capstan::mutex> g(a);
-                         both.arrive_and_wait();
-                         std::lock_guard<capstan::mutex> h(b);
-                       } catch (const capstan::blocked_indefinitely&) {
-                         ++raised;
-                       }
-                     });
-                     capstan::fork_io([&] {
-                       try {
-                         std::lock_guard<capstan::mutex> g(b);
-                         both.arrive_and_wait();
-                         std::lock_guard<capstan::mutex> h(a);
-                       } catch (const capstan::blocked_indefinitely&) {
-                         ++raised;
-                       }
-                     });
+                     // Each takes one, then (once both hold theirs) the other.
+                     auto lock_both = [&](capstan::mutex& first, capstan::mutex& second) {
+                       capstan::fork_io([&, f = &first, s = &second] {
+                         try {
+                           std::lock_guard<capstan::mutex> g(*f);
+                           both.arrive_and_wait();
+                           std::lock_guard<capstan::mutex> h(*s);
+                         } catch (const capstan::blocked_indefinitely&) {
+                           ++raised;
+                         }
+                       });
+                     };
+                     lock_both(a, b);
+                     lock_both(b, a);
                      never.wait();
                    }),
                capstan::blocked_indefinitely);
