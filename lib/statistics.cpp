@@ -31,6 +31,9 @@ std::string runtime_statistics::summary() const {
   fmt::format_to(it, "  tasks (OS threads): {} created, {} running now; {} in-call threads, "
                  "{} of them queued for a capability\n",
                  tasks_created, os_threads, incall_threads, incalls_queued);
+  if (biased_locks)
+    fmt::format_to(it, "  mvar locks: biased to the one capability, {} revoked by other OS "
+                   "threads\n", lock_revocations);
   if (spare_starts_refused)
     fmt::format_to(it, "  spare OS threads the OS refused to start (their work waited and was "
                    "retried): {}\n", spare_starts_refused);

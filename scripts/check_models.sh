@@ -29,6 +29,7 @@ models=(
   "mutex_handoff|-DSAFETY -DCOLLAPSE||BROKEN BROKEN_OWED BROKEN_STORE"
   "ticker_park|-DSAFETY||BROKEN BROKEN_WAKE BROKEN_SKIP"
   "wait_locks|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_ORDER"
+  "biased_lock|-DSAFETY||BROKEN BROKEN_FENCE BROKEN_ORDER BROKEN_TRY"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_models.XXXXXX")

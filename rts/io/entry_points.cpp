@@ -27,6 +27,9 @@ struct capstan::detail::mvar_access {
   static bool take_wait(mvar<int>& m, std::optional<int>& dest, waiter& w) {
     return m.take_wait(dest, w);
   }
+  // The IO thread fills the box: its lock is never biased (Note [Biased
+  // locks] in capstan/detail/mvar_core.hpp).
+  static void share(mvar<int>& m) noexcept { m.core_.share(); }
 };
 
 namespace capstan::rts {
@@ -103,6 +106,7 @@ void send_cancel(Request* r) noexcept {
 
 Request* new_request(Op kind) {
   auto* r = new Request;
+  detail::mvar_access::share(r->box);
   r->kind = kind;
   r->submit.req = r;
   r->submit.op = kind;

@@ -14,6 +14,9 @@ namespace capstan::rts {
 
 class Event {
  public:
+  // Notified from other OS threads by design (the ticker): never biased
+  // (Note [Biased locks] in capstan/detail/mvar_core.hpp).
+  Event() noexcept { core_.share(); }
   void notify() noexcept {
     detail::wake_list woken;
     core_.lock();

@@ -3,6 +3,8 @@
 // blocked thread] in shutdown/shutdown.cpp.
 #include "capstan/detail/mvar_core.hpp"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -30,6 +32,88 @@ using rts::Thread;
 
 void spin_turn(unsigned& turns) noexcept { rts::spin_turn(turns); }
 
+// Note [Biased locks] in capstan/detail/mvar_core.hpp.
+constinit thread_local bool tl_bias_owner = false;
+std::atomic<bool> bias_births{true};
+namespace {
+std::atomic<std::uint64_t> revocations{0};  // this run's, for bias_births
+}  // namespace
+
+__attribute__((noinline)) bool current_bias_owner() noexcept {
+  asm volatile("" ::: "memory");  // as my_task(): never treated as pure
+  return tl_bias_owner;
+}
+
+void start_bias_epoch() noexcept {
+  revocations.store(0, std::memory_order_relaxed);
+  bias_births.store(true, std::memory_order_relaxed);
+}
+
+std::uint64_t lock_revocations() noexcept { return revocations.load(std::memory_order_relaxed); }
+
+namespace {
+// A run that has revoked this many biased mvars makes new ones shared
+// from the start (Note [Biased locks]).
+constexpr std::uint64_t kMaxRevocations = 4096;
+
+// Steps 1 and 2 of Note [Biased locks], run by every revoker that finds
+// the bias not yet revoked for good.  A biased mvar exists only if a run
+// registered the process for membarrier, so the call cannot fail.
+void begin_revoke(std::atomic<std::uint8_t>& state, std::uint8_t biased,
+                  std::uint8_t revoking) noexcept {
+  state.compare_exchange_strong(biased, revoking, std::memory_order_seq_cst);
+  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+}
+
+// Step 4; counts the revocation once, whoever finishes it.
+void end_revoke(std::atomic<std::uint8_t>& state, std::uint8_t shared) noexcept {
+  if (state.exchange(shared, std::memory_order_acq_rel) != shared &&
+      revocations.fetch_add(1, std::memory_order_relaxed) + 1 >= kMaxRevocations)
+    bias_births.store(false, std::memory_order_relaxed);
+}
+}  // namespace
+
+// The owner's side: true if the calling OS thread holds the capability and
+// now the lock, through owner_in_.  tl_bias_owner is read directly: no
+// switch can come between the read and its use here.
+inline bool mvar_core::enter_biased() noexcept {
+  if (!tl_bias_owner || state_.load(std::memory_order_relaxed) != kBiased) return false;
+  owner_in_.store(true, std::memory_order_relaxed);
+  // Only a compiler barrier: a revoker's membarrier makes it a full one.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (state_.load(std::memory_order_relaxed) == kBiased) [[likely]] return true;
+  owner_in_.store(false, std::memory_order_release);
+  return false;
+}
+
+// Only an owner inside a biased section has owner_in_ set and reads it 1:
+// another OS thread may see an owner's passing store of 1 as it backs off.
+inline std::atomic<bool>* mvar_core::held_word() noexcept {
+  return tl_bias_owner && owner_in_.load(std::memory_order_relaxed) ? &owner_in_ : &locked_;
+}
+
+bool mvar_core::try_lock_biased() noexcept {
+  if (tl_bias_owner && owner_in_.load(std::memory_order_relaxed)) return false;  // its own
+  if (enter_biased()) return true;
+  if (!try_revoke()) return false;
+  return !locked_.exchange(true, std::memory_order_acquire);
+}
+
+void mvar_core::revoke() noexcept {
+  if (state_.load(std::memory_order_acquire) == kShared) return;
+  begin_revoke(state_, kBiased, kRevoking);
+  for (rts::SpinWait wait; owner_in_.load(std::memory_order_acquire);) wait.turn();  // step 3
+  end_revoke(state_, kShared);
+}
+
+bool mvar_core::try_revoke() noexcept {
+  if (state_.load(std::memory_order_acquire) == kShared) return true;
+  begin_revoke(state_, kBiased, kRevoking);
+  if (owner_in_.load(std::memory_order_acquire)) return false;  // inside: the caller retries
+  end_revoke(state_, kShared);
+  return true;
+}
+
 bool spin_before_blocking() noexcept {
   if (rts::rt.n_cpus < 2 || rts::rt.n_caps < 2) return false;
   rts::Task* task = rts::green_task();
@@ -56,6 +140,14 @@ std::size_t memory_limit_bytes() noexcept {
 // the lock, so that the hog warning does not name it (Note [Warning about
 // a hog] in schedule/hog_warning.cpp).
 void mvar_core::lock_slow() noexcept {
+  if (state_.load(std::memory_order_acquire) != kShared) [[likely]] {  // Note [Biased locks]
+    if (enter_biased()) [[likely]] return;
+    revoke();
+  }
+  lock_contended();
+}
+
+void mvar_core::lock_contended() noexcept {
   unsigned turns = 0;
   for (;; rts::spin_turn(turns)) {
     if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;
@@ -222,7 +314,7 @@ void mvar_core::park_wait(waiter& w) {
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
   if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts_or_leave(*this, w, cur);
   publish_wait(*this, w, task->cap, cur, 0);
-  rts::park_current(task, cur, &locked_);  // releases our lock once we are off the CPU
+  rts::park_current(task, cur, held_word());  // releases our lock once we are off the CPU
 }
 
 void mvar_core::park_shielded(waiter& w) {
@@ -237,7 +329,7 @@ void mvar_core::park_shielded(waiter& w) {
   // request_kill and break_deadlock pass it by (waiter::shielded).
   w.shielded = true;
   publish_wait(*this, w, task->cap, cur, 0);
-  rts::park_current(task, cur, &locked_);
+  rts::park_current(task, cur, held_word());
 }
 
 // Note [Timed takes]
@@ -328,7 +420,7 @@ void mvar_core::park_timed_wait(waiter& w, long long ns) {
     leave_for_exception(*this, w);
     throw;
   }
-  rts::park_current(task, cur, &locked_);
+  rts::park_current(task, cur, held_word());
   // Possibly on another OS thread now; cur is still us.
   cur->wait_lock.lock();
   cur->timed_seq = 0;

@@ -53,6 +53,7 @@
 #include "capstan/errors.hpp"
 #include "io/io_manager.hpp"
 #include "primitives/say.hpp"
+#include "mvar/biased_locks.hpp"
 #include "mvar/event.hpp"
 #include "primitives/clock.hpp"
 #include "primitives/parker.hpp"
@@ -86,6 +87,10 @@ Runtime::Runtime(const options& o)
   // always taken.
   membarrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   waits_need_lock.store(!membarrier_ok);
+  // Note [Biased locks]: one capability, a fence for revokers, and no
+  // ThreadSanitizer (which cannot see that fence).
+  bias_locks = n_caps == 1 && membarrier_ok && !san::tsan();
+  detail::start_bias_epoch();
   coarse_now_ns.store(now_ns(), std::memory_order_relaxed);
   cpu_set_t cpus;
   if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) n_cpus = std::max(1, CPU_COUNT(&cpus));

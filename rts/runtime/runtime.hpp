@@ -61,6 +61,7 @@ struct Runtime {
   bool switch_every_safe_point = false;          // [start] +RTS -C0
   bool membarrier_ok = false;                    // [start] process registered for membarrier
   bool sanitizers = false;                       // [start] ASan or TSan fiber hooks present
+  bool bias_locks = false;                       // [start] Note [Biased locks] (capstan/detail/mvar_core.hpp)
   // [start] the scheduler loop a new worker Task runs (schedule/schedule.hpp):
   // set by run_main, so that task/ starts workers without calling up into schedule/.
   void (*scheduler_loop)(Task*) = nullptr;

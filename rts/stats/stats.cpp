@@ -10,6 +10,7 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
+#include "mvar/biased_locks.hpp"
 #include "task/task.hpp"
 
 namespace capstan::rts {
@@ -80,6 +81,8 @@ runtime_statistics snapshot_statistics() {
   s.tasks_created = rt.tasks_created.get();
   s.spare_starts_refused = rt.spare_starts_refused.get();
   s.os_threads = rt.os_threads.load(std::memory_order_relaxed);
+  s.biased_locks = rt.bias_locks;
+  s.lock_revocations = detail::lock_revocations();
   s.live_threads = s.threads_created - s.threads_finished;
   sample_peaks();
   s.peak_live_threads = rt.peak_live.load();

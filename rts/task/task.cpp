@@ -13,6 +13,7 @@
 #include "capability/capability.hpp"
 #include "primitives/fault_injection.hpp"
 #include "primitives/sanitizer.hpp"
+#include "capstan/detail/mvar_core.hpp"
 #include "runtime/runtime.hpp"
 #include "task/overflow_handler.hpp"
 
@@ -34,12 +35,16 @@ __attribute__((noinline)) Task* my_task() noexcept {
 
 __attribute__((noinline)) void set_my_task(Task* t) noexcept {
   tl_task_slot = t;
-  if (!t) detail::tl_spark_pool = nullptr;
+  if (!t) {
+    detail::tl_spark_pool = nullptr;
+    detail::tl_bias_owner = false;
+  }
 }
 
 void bind_task_to_this_os_thread(Task* t) {
   set_my_task(t);
   detail::tl_spark_pool = t && t->cap ? &t->cap->sparks : nullptr;
+  detail::tl_bias_owner = t && t->cap && rt.bias_locks;  // Note [Biased locks]
   t->errno_loc = &errno;
   t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());
   t->os_tid.store(static_cast<int>(::gettid()), std::memory_order_relaxed);

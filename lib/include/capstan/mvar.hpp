@@ -32,7 +32,7 @@ class mvar {
   explicit mvar(T v) : value_(std::move(v)) {}
 
   // take waits until the mvar is full, then empties it and returns the value.
-  T take() {
+  [[gnu::always_inline]] T take() {
     {
       op g(core_);
       if (value_) return take_value(g.woken);
@@ -77,7 +77,7 @@ class mvar {
   }
 
   // put waits until the mvar is empty, then fills it with v.
-  void put(T v) {
+  [[gnu::always_inline]] void put(T v) {
     op g(core_);
     if (!value_) {
       deliver(std::move(v), g.woken);

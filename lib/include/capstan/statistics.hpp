@@ -54,6 +54,8 @@ struct runtime_statistics {
   std::uint64_t tasks_created = 0;        // Tasks (OS threads) made: workers, spares, fork_os, in-call
   std::uint64_t spare_starts_refused = 0; // spare OS threads the OS would not start (the work waited and was retried)
   std::uint64_t os_threads = 0;           // runtime-made OS threads running now (not main, ticker)
+  bool biased_locks = false;              // mvar locks biased to the capability's holder (-N1)
+  std::uint64_t lock_revocations = 0;     // ... and that bias revoked by another OS thread
   spark_statistics sparks;
   std::uint64_t live_threads = 0;
   std::uint64_t peak_live_threads = 0;    // sampled every tick, at shutdown and per snapshot

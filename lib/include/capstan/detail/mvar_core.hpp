@@ -136,9 +136,82 @@ class wake_list {
   rts::Capability* marked_;            // the capability marked, once n_ reached kLongLoop
 };
 
+// The calling OS thread holds the capability of a run whose mvar locks are
+// biased (Note [Biased locks]); default TLS model, as tl_spark_pool.
+extern constinit thread_local bool tl_bias_owner;
+// current_bias_owner returns tl_bias_owner, out of line (Note [TLS across
+// a switch] in rts/task/task.hpp).
+bool current_bias_owner() noexcept;
+// bias_owner_here is tl_bias_owner read inline where that is safe across a
+// switch (as spark_pool_here in capstan/spark.hpp), else out of line.
+inline bool bias_owner_here() noexcept {
+#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+  return tl_bias_owner;
+#else
+  return current_bias_owner();
+#endif
+}
+// bias_births: whether an mvar made by the lock's owner starts biased;
+// false once a run has revoked kMaxRevocations of them (Note [Biased
+// locks]).  Written by revokers (relaxed: a hint).
+extern std::atomic<bool> bias_births;
+
+// Note [Biased locks]
+// ~~~~~~~~~~~~~~~~~~~
+// With one capability, nearly every lock of an mvar is taken by the OS
+// thread holding that capability, and a lock taken with an exchange costs
+// a locked instruction: about 5 ns on some hosts, a sixth of a pingpong
+// hand-off.  GHC skips the lock at -N1 because every MVar operation there
+// runs holding the capability; here plain OS threads try_put, the IO
+// thread ends timed takes, and a safe call's function may touch an mvar,
+// all without it.  So in a run with one capability (and membarrier, and
+// no ThreadSanitizer, which cannot see the fence) an mvar made by the
+// capability's holder starts *biased* (state_ kBiased): the holder locks
+// it with plain stores to owner_in_, and anyone else first revokes the
+// bias for good, after which everyone takes locked_ with an exchange as
+// before.  The hand-shake is the asymmetric fence of Note [Wait locks] in
+// rts/schedule/raise.cpp:
+//   owner (enter_biased): owner_in_ = 1 (relaxed, then a compiler
+//          barrier); if state_ no longer reads kBiased, owner_in_ = 0
+//          (release) and take locked_ instead; else the lock is held.
+//          Unlock: owner_in_ = 0 (release).
+//   revoker (revoke(), out of line):
+//   1. state_ = kRevoking (seq_cst);
+//   2. membarrier(PRIVATE_EXPEDITED): a full barrier on every running
+//      thread of the process;
+//   3. wait while owner_in_ is 1 (acquire);
+//   4. state_ = kShared (release); then take locked_.
+// An owner whose load of state_ follows its CPU's barrier of step 2 reads
+// kRevoking or kShared and takes locked_, queueing behind the revoker like
+// anyone.  One whose load precedes that barrier had its store of
+// owner_in_ = 1 drained by it, so step 3 sees the 1 and waits for the
+// release store that ends the owner's section, whose writes then
+// happen-before the revoker's.  After step 2 no owner enters a biased
+// section again.  Others that find kRevoking run the steps too (they are
+// idempotent): an exchange on locked_ before step 3 had been seen through
+// could overlap the owner's section.  A lock() that reads kShared
+// (acquire) needs no more, since step 4 follows step 3.  try_lock's
+// callers hold a thread's wait_lock, which a biased holder may be about
+// to take, so its revoker (try_revoke) gives up at step 3 instead of
+// waiting, leaving kRevoking for the next caller to finish.  unlock()
+// stores 0 to both words: the one its caller does not hold is 0 already
+// (nobody holds locked_ while owner_in_ is 1, and after step 3 nobody
+// stores owner_in_ = 1 but an owner backing off, which stores 0 next).
+// Park hands the switch's landing side the word it holds (held_word: the
+// owner's thread tells by owner_in_, which only it sets).
+// An mvar made by anyone but the owner - a plain OS thread, a capability
+// of a run with several - is kShared from the start, as is a box the IO
+// thread fills (share()).  Revoking costs a membarrier (about 0.2 us
+// here) once per mvar; a run that has revoked kMaxRevocations mvars (a
+// program handing a fresh mvar to an OS thread per job, say) makes new
+// ones kShared from the start (bias_births).  Checked by
+// models/biased_lock.pml (docs/models.md).
 class mvar_core {
  public:
-  mvar_core() = default;
+  // Biased when made by the lock's owner: see Note [Biased locks].
+  mvar_core() noexcept
+      : state_(bias_owner_here() && bias_births.load(std::memory_order_relaxed) ? kBiased
+                                                                                : kShared) {}
   mvar_core(const mvar_core&) = delete;
   mvar_core& operator=(const mvar_core&) = delete;
   // Waiters still blocked when an mvar dies are woken with
@@ -146,13 +219,39 @@ class mvar_core {
   ~mvar_core();
 
   void lock() noexcept {
-    // Acquire pairs with unlock's release: the value and the queue written
-    // under the lock are visible to the next holder.
-    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    // Acquire (both): the value and the queue written under the lock are
+    // visible to the next holder, and a revoker's kShared follows the
+    // biased owner's last section (Note [Biased locks]).
+    std::uint8_t st = state_.load(std::memory_order_acquire);
+    if (st == kShared) [[likely]] {
+      if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    } else if (st == kBiased && bias_owner_here()) [[likely]] {
+      owner_in_.store(true, std::memory_order_relaxed);
+      // Only a compiler barrier: a revoker's membarrier makes it a full one.
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (state_.load(std::memory_order_relaxed) == kBiased) [[likely]] return;
+      owner_in_.store(false, std::memory_order_release);
+    }
     lock_slow();
   }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
+  void unlock() noexcept {
+    // Both words: the one not held is 0 already (Note [Biased locks]).
+    owner_in_.store(false, std::memory_order_release);
+    locked_.store(false, std::memory_order_release);
+  }
+  // try_lock never waits, not even for a revocation (its callers hold a
+  // thread's wait_lock, which a biased holder may be about to take).
+  bool try_lock() noexcept {
+    if (state_.load(std::memory_order_acquire) == kShared) [[likely]]
+      return !locked_.exchange(true, std::memory_order_acquire);
+    return try_lock_biased();
+  }
+  // share makes the lock shared from the start: for an mvar its maker
+  // hands to another OS thread at once (an IO request's box).  Call before
+  // publishing the mvar.
+  void share() noexcept { state_.store(kShared, std::memory_order_relaxed); }
+  // biased: the lock is still biased to the capability's holder (tests).
+  bool biased() const noexcept { return state_.load(std::memory_order_acquire) == kBiased; }
 
   bool has_waiters() const noexcept { return head_ != nullptr; }
   std::size_t waiters() const noexcept { return n_waiters_; }
@@ -232,9 +331,27 @@ class mvar_core {
   static void blocking_point(const char* what);
 
  private:
+  // lock_slow: a biased lock, or a contended one (lock_contended, which
+  // spins and then yields the OS thread).
   void lock_slow() noexcept;
+  [[gnu::noinline]] void lock_contended() noexcept;
+  // state_: kBiased -> kRevoking -> kShared, each step once.
+  static constexpr std::uint8_t kShared = 0, kBiased = 1, kRevoking = 2;
+  // try_lock_biased is try_lock on an mvar not yet shared (Note [Biased
+  // locks]); out of line.
+  bool try_lock_biased() noexcept;
+  // enter_biased: the owner's steps; revoke: steps 1-4, and try_revoke the
+  // same, giving up (false) rather than waiting at step 3.
+  bool enter_biased() noexcept;
+  // held_word is the word the caller, holding the lock, stores false to
+  // let it go: what park hands to the switch's landing side.
+  std::atomic<bool>* held_word() noexcept;
+  void revoke() noexcept;
+  bool try_revoke() noexcept;
 
-  std::atomic<bool> locked_{false};
+  std::atomic<bool> locked_{false};    // the shared lock word
+  std::atomic<bool> owner_in_{false};  // stored only by the capability's holder
+  std::atomic<std::uint8_t> state_;    // kBiased, kRevoking or kShared
   waiter* head_ = nullptr;  // guarded by locked_
   waiter* tail_ = nullptr;  // guarded by locked_
   std::size_t n_waiters_ = 0;  // guarded by locked_
