@@ -282,6 +282,24 @@ void spark_cancelled() { throw thread_killed{}; }
 
 void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }
 
+// Note [A spark's safe point]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// spark<R>::get() is a safe point: a thread whose work is sparks and
+// their gets (a parallel fib, say) makes no other runtime call, and
+// without one its timeslice never ended, a timeout around it fired only
+// when the computation was done, kill_thread waited as long, and at -N1
+// every other thread waited too (timeout(20 ms) around pfib(41) returned
+// the result after 240 ms).  GHC's par allocates, which is its safe point.
+// The check is inline and costs a spark two loads and a test: the pool
+// keeps a pointer to its capability's context_switch word, the one the
+// ticker and throwers set, and only when that word is set does get() call
+// safe_point(), before it touches the spark - so an exception raised there
+// leaves the spark unforced for ~spark to discard, and a thread that moved
+// meanwhile takes get()'s slow path as any moved thread does (Note
+// [Migrating to a spark's capability]).  par() is not a safe point: a
+// spark that is never forced is rare, and every forced one passes get().
+// Tested by Spark.AGetIsASafePointForTimeoutsAndKills.
+
 // Note [Evaluating a spark here]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A spark thread evaluates a spark with run(s, false): whatever the

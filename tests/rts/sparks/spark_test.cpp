@@ -3,6 +3,8 @@
 // interrupted while waiting), and shutdown.
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <chrono>
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -46,6 +48,57 @@ TEST_P(Sparks, ParfibIsRightAndEverySparkRunsExactlyOnce) {
   if (caps() == 1) {
     EXPECT_EQ(s.converted, 0u) << "nobody idle, yet sparks converted";
   }
+}
+
+// get() is a safe point (Note [A spark's safe point]): a thread whose work
+// is only sparks and their gets is preempted, timed out and killed like any
+// other.  Each loop gives up after 3 s, so a get() that is no safe point
+// fails the test instead of hanging it.
+long spark_loop(std::chrono::steady_clock::time_point give_up) {
+  long sum = 0;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto a = capstan::par([] { return sfib(12); });
+    sum += sfib(12) + a.get();
+  }
+  return sum;
+}
+
+TEST_P(Sparks, AGetIsASafePointForTimeoutsAndKills) {
+  using namespace std::chrono;
+  std::optional<long> timed;
+  bool others_ran = false;
+  capstan::thread_state killed_state = capstan::thread_state::running;
+  steady_clock::duration timeout_took{}, kill_took{};
+  run([&] {
+    std::atomic<long> ticks{0};
+    std::atomic<bool> stop{false};
+    capstan::fork_io([&] {
+      while (!stop.load()) {
+        capstan::sleep_for(milliseconds(1));
+        ticks.fetch_add(1);
+      }
+    });
+    auto t0 = steady_clock::now();
+    timed = capstan::timeout(milliseconds(100), [&] { return spark_loop(t0 + seconds(3)); });
+    timeout_took = steady_clock::now() - t0;
+    others_ran = ticks.load() > 0;
+    auto victim = capstan::fork_io([&] { spark_loop(steady_clock::now() + seconds(3)); });
+    capstan::sleep_for(milliseconds(5));
+    auto t1 = steady_clock::now();
+    capstan::kill_thread(victim);
+    for (auto st = capstan::state_of(victim);
+         st != capstan::thread_state::died && st != capstan::thread_state::finished;
+         st = capstan::state_of(victim))
+      capstan::yield();
+    kill_took = steady_clock::now() - t1;
+    killed_state = capstan::state_of(victim);
+    stop.store(true);
+  });
+  EXPECT_FALSE(timed.has_value()) << "the timeout never interrupted the spark loop";
+  EXPECT_LT(timeout_took, seconds(2));
+  EXPECT_TRUE(others_ran) << "a sleeping thread got no turn during the spark loop";
+  EXPECT_EQ(killed_state, capstan::thread_state::died);
+  EXPECT_LT(kill_took, seconds(2));
 }
 
 TEST_P(Sparks, VoidSparksAndOutOfOrderGets) {
