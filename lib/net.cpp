@@ -54,6 +54,13 @@ namespace {
   throw std::system_error(err, std::generic_category(), what);
 }
 
+// fail_transfer is fail for a read or send that failed: a yield first, a
+// shutdown checkpoint (Note [A failed transfer at shutdown]).
+[[noreturn, gnu::noinline]] void fail_transfer(int err, const char* what, int fd) {
+  capstan::yield();
+  fail(err, fmt::format("{}(fd {})", what, fd));
+}
+
 // close_socket and close_socket_nowait close a socket's fd, unmarking it
 // first (Note [Owned fds] in rts/io/owned_fds.hpp).
 void close_socket(int fd) {
@@ -173,6 +180,19 @@ void close_use(std::atomic<unsigned>& use, int fd) {
 // backlog for the next call.  An accepted fd is owned by its connection
 // before anything else runs.  What is left is inherent: a write_all
 // interrupted while it waits for room has sent part of the data.
+//
+// Note [A failed transfer at shutdown]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// At shutdown the threads at both ends of a connection in this process are
+// killed, one first: a writer waiting for room is then woken by its peer's
+// close, not by the kill, and its next send fails with EPIPE or
+// ECONNRESET.  Thrown as system_error, that ended the thread as an
+// uncaught exception, printed at every exit of a program with socket
+// writers.  So a read or send that fails yields before it throws: a yield
+// is a shutdown checkpoint (Note [Shutdown checkpoints] in
+// rts/schedule/yield.cpp), where the thread meets thread_killed instead.
+// Outside shutdown the yield is a safe point on an error path, before the
+// error; nothing was consumed by the failed call.
 // Note [Retry before registering]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A wait through the IO manager costs a queue push, an eventfd write, two
@@ -326,7 +346,7 @@ std::size_t connection::read(void* buf, std::size_t n) {
     if (k >= 0) return static_cast<std::size_t>(k);
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
-      fail(static_cast<int>(-k), fmt::format("{}(fd {})", what, fd));
+      fail_transfer(static_cast<int>(-k), what, fd);
     wait_ready(fd, false, retried, what, s_.use);
   }
 }
@@ -347,7 +367,7 @@ void connection::write_all(const void* buf, std::size_t n) {
     }
     if (k == -EINTR) continue;
     if (k != -EAGAIN && k != -EWOULDBLOCK)
-      fail(static_cast<int>(-k), fmt::format("{}(fd {})", what, fd));
+      fail_transfer(static_cast<int>(-k), what, fd);
     wait_ready(fd, true, retried, what, s_.use);
   }
 }
