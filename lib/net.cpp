@@ -268,7 +268,11 @@ addrinfo_ptr resolve(const std::string& host, std::uint16_t port, bool passive,
   int rc = ::getaddrinfo(node, service.c_str(), &hints, &res);
   if (rc == EAI_NONAME && node) {  // a name: may wait for DNS, so release the capability
     hints.ai_flags &= ~AI_NUMERICHOST;
-    rc = capstan::safe_call([&] { return ::getaddrinfo(node, service.c_str(), &hints, &res); });
+    auto lookup = [&] { return ::getaddrinfo(node, service.c_str(), &hints, &res); };
+    // Off a green thread (a plain OS thread, a safe call's function) there
+    // is no capability to release: the lookup just blocks this OS thread,
+    // and the caller's own checks name what it called.
+    rc = rts::io_on_green_thread() ? capstan::safe_call(lookup) : lookup();
   }
   if (rc == EAI_SYSTEM) {
     int err = errno;  // before fmt::format can change it
@@ -323,6 +327,10 @@ connection::connection(int fd) {
   if (fd < 0)
     throw std::invalid_argument(
         fmt::format("capstan::net::connection: fd {} is not a file descriptor", fd));
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0)  // checked first: a refused fd is neither adopted nor closed
+    throw std::invalid_argument(
+        fmt::format("capstan::net::connection: fd {} is not open ({})", fd, std::strerror(errno)));
   // Note [Owned fds] in rts/io/owned_fds.hpp: claimed before s_ owns it,
   // so a refused fd is neither adopted nor closed.
   if (!rts::io_claim_fd(fd))
@@ -330,8 +338,7 @@ connection::connection(int fd) {
         "capstan::net::connection: fd {} already belongs to a capstan::net connection or "
         "listener; two owners would close it twice (move the owner instead)",
         fd));
-  int fl = ::fcntl(fd, F_GETFL);
-  if (fl >= 0 && !(fl & O_NONBLOCK)) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  if (!(fl & O_NONBLOCK)) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
   s_ = detail::socket_fd(fd);  // open; not shared yet
 }
 

@@ -70,12 +70,17 @@ constexpr const char* kAccepted =
 
 void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
+  // The C-string parsing below would stop at a NUL and take "-N2\0junk"
+  // for -N2.
+  if (flag.find('\0') != std::string::npos)
+    bad(flag.substr(0, flag.find('\0')) + "\\0...", where,
+        std::string("a flag may not contain a NUL byte; accepted: ") + kAccepted);
   if (f[0] != '-')
     bad(flag, where, std::string("RTS flags start with '-'; accepted: ") + kAccepted);
   if (f[1] == '\0')
     bad(flag, where, std::string("a lone '-' names no flag; accepted: ") + kAccepted);
-  if (flag == "-?" || flag == "--help")
-    bad(flag, where, std::string("asks for the flag summary; accepted: ") + kAccepted);
+  if (flag == "-?" || flag == "--help")  // not a bad flag: parse_or_exit prints the summary
+    throw options_error(fmt::format("capstan: RTS flag summary, as '{}'{} asked", flag, where));
   const char* arg = f + 2;
   if (flag.rfind("--spare-tasks", 0) == 0) {
     unsigned long n = 0;

@@ -49,7 +49,10 @@ TEST(Misuse, ErrorsNameTheCallTheProgramMade) {
   EXPECT_NE(m.find("overflow"), std::string::npos) << m;
   wg.add(-PTRDIFF_MAX);  // the failed add left the count as it was
   m = message_of([&] { wg.done(); });
-  EXPECT_NE(m.find("went negative"), std::string::npos) << m;
+  EXPECT_NE(m.find("add(-1) on a count of 0 would make it negative"), std::string::npos) << m;
+  wg.add(1);  // a negative add names itself, not done()
+  m = message_of([&] { wg.add(-2); });
+  EXPECT_NE(m.find("add(-2) on a count of 1 would make it negative"), std::string::npos) << m;
   // Outside the runtime: the error names async / race, not mask.
   m = message_of([] { capstan::async a([] { return 1; }); });
   EXPECT_NE(m.find("capstan::async"), std::string::npos) << m;

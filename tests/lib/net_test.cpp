@@ -192,6 +192,38 @@ TEST_P(Net, ConnectsByHostName) {
 // A name that cannot be resolved says why in getaddrinfo's words, with
 // getaddrinfo's code: "a..b" (an empty label) is refused by the resolver
 // itself, so the test needs no DNS server.
+// connection(fd) refuses an fd that is not open at once, with the number,
+// rather than failing later with EBADF; listen, which never waits, works on
+// a plain OS thread by name too (the lookup just blocks that thread: there
+// is no capability to release, and no safe_call to name in an error).
+TEST_P(Net, AClosedFdIsRefusedAndListenByNameWorksOffGreenThreads) {
+  run([] {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    try {
+      capstan::net::connection c(fds[0]);
+      ADD_FAILURE() << "adopted a closed fd";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("fd {} is not open", fds[0])),
+                std::string::npos) << e.what();
+    }
+    std::string error;
+    std::uint16_t port = 0;
+    std::thread([&] {
+      try {
+        auto l = capstan::net::listener::listen("localhost", 0);
+        port = l.port();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }).join();
+    EXPECT_EQ(error, "");
+    EXPECT_NE(port, 0);
+  });
+}
+
 TEST_P(Net, AnUnresolvableHostSaysWhyInGetaddrinfosWords) {
   run([] {
     for (bool listening : {false, true}) {

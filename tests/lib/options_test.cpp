@@ -163,6 +163,23 @@ TEST_F(Options, ParseFlagsCalledDirectlyNamesNoSource) {
   }
 }
 
+// A flag with a NUL byte in it is refused, not read up to the NUL ("-N2\0junk"
+// was taken for -N2).
+TEST_F(Options, AFlagWithANulByteIsRefused) {
+  for (std::string flag : {std::string("-N2\0junk", 8), std::string("-s\0x", 4),
+                           std::string("-K64k\0zz", 8)}) {
+    capstan::options o;
+    try {
+      o.parse_flags(flag);
+      FAIL() << "accepted a flag with a NUL byte";
+    } catch (const capstan::options_error& e) {
+      EXPECT_NE(std::string(e.what()).find("may not contain a NUL byte"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(o.capabilities, capstan::options{}.capabilities);
+  }
+}
+
 // A program started the idiomatic way (run(argc, argv, main), as
 // examples/hello is) and given a bad +RTS flag prints the message and the
 // flag summary and exits 1, as a GHC program does - no std::terminate.

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <string>
 
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/errors.hpp"
@@ -40,11 +41,13 @@ class wait_group {
     for (;;) {
       std::ptrdiff_t now;
       bool overflow = __builtin_add_overflow(c, n, &now);
-      if (overflow || now < 0)
-        throw usage_error(overflow ? "capstan::wait_group::add: the count would overflow (more than "
-                                     "PTRDIFF_MAX tasks outstanding)"
-                                   : "capstan::wait_group: the count went negative (more done() than "
-                                     "add())");
+      if (overflow || now < 0) [[unlikely]]
+        throw usage_error(overflow ? std::string("capstan::wait_group::add: the count would overflow "
+                                                 "(more than PTRDIFF_MAX tasks outstanding)")
+                                   : "capstan::wait_group: add(" + std::to_string(n) +
+                                         ") on a count of " + std::to_string(c) +
+                                         " would make it negative (more done() or negative add() "
+                                         "than add())");
       if (now == 0 && n != 0) {
         if (reach_zero(c)) return;
         continue;  // c was stale: try again with the count it read
