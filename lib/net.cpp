@@ -54,10 +54,16 @@ namespace {
   throw std::system_error(err, std::generic_category(), what);
 }
 
-// fail_transfer is fail for a read or send that failed: a yield first, a
-// shutdown checkpoint (Note [A failed transfer at shutdown]).
+// checkpoint_before_failing: on a green thread, a yield - a shutdown
+// checkpoint - before a failed read, send or connect is reported (Note [A
+// failed transfer at shutdown]).  Nothing on a plain OS thread.
+void checkpoint_before_failing() {
+  if (rts::io_on_green_thread()) capstan::yield();
+}
+
+// fail_transfer is fail for a read or send that failed.
 [[noreturn, gnu::noinline]] void fail_transfer(int err, const char* what, int fd) {
-  capstan::yield();
+  checkpoint_before_failing();
   fail(err, fmt::format("{}(fd {})", what, fd));
 }
 
@@ -188,11 +194,14 @@ void close_use(std::atomic<unsigned>& use, int fd) {
 // close, not by the kill, and its next send fails with EPIPE or
 // ECONNRESET.  Thrown as system_error, that ended the thread as an
 // uncaught exception, printed at every exit of a program with socket
-// writers.  So a read or send that fails yields before it throws: a yield
-// is a shutdown checkpoint (Note [Shutdown checkpoints] in
+// writers.  So a read, send or connect that fails yields before it
+// throws: a yield is a shutdown checkpoint (Note [Shutdown checkpoints] in
 // rts/schedule/yield.cpp), where the thread meets thread_killed instead.
-// Outside shutdown the yield is a safe point on an error path, before the
-// error; nothing was consumed by the failed call.
+// (A connect fails so when the listener's thread, killed first, closed
+// it: seen under ThreadSanitizer, where shutdown found clients still
+// connecting.)  Outside shutdown the yield is a safe point on an error
+// path, before the error; nothing was consumed by the failed call.  On a
+// plain OS thread there is nothing to yield: the error comes at once.
 // Note [Retry before registering]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A wait through the IO manager costs a queue push, an eventfd write, two
@@ -417,6 +426,7 @@ connection connect(const std::string& host, std::uint16_t port) {
     }
     last = static_cast<int>(-rc);
   }
+  checkpoint_before_failing();  // Note [A failed transfer at shutdown]
   fail(last, fmt::format("{}: cannot connect to {}:{}", what, host, port));
 }
 
