@@ -72,8 +72,8 @@ void apply_flag(options& o, const std::string& flag, const std::string& where) {
   const char* f = flag.c_str();
   // The C-string parsing below would stop at a NUL and take "-N2\0junk"
   // for -N2.
-  if (flag.find('\0') != std::string::npos)
-    bad(flag.substr(0, flag.find('\0')) + "\\0...", where,
+  if (std::size_t nul = flag.find('\0'); nul != std::string::npos)
+    bad(flag.substr(0, nul) + "\\0...", where,
         std::string("a flag may not contain a NUL byte; accepted: ") + kAccepted);
   if (f[0] != '-')
     bad(flag, where, std::string("RTS flags start with '-'; accepted: ") + kAccepted);

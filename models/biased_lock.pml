@@ -2,14 +2,14 @@
  * revoked by other OS threads while the holder goes in and out of it.
  *
  * Mirrors Note [Biased locks] in lib/include/capstan/detail/mvar_core.hpp:
- * mvar_core::lock / lock_slow / enter_biased (the owner's side, inline in
- * lock), revoke and try_revoke (rts/mvar/mvar_core.cpp), and unlock.
+ * mvar_core::lock / enter_biased (the owner's side, inline), lock_slow,
+ * try_lock_biased and revoke (rts/mvar/mvar_core.cpp), and unlock.
  *
  * Parties: the capability's holder O, locking the mvar NOPS times (each
  * time through owner_in_ while the state reads biased, else through the
  * shared word with an exchange); a revoker R, another OS thread taking
  * the lock once with lock() (revoke: steps 1-4, waiting at step 3); and a
- * second outsider T taking it once with try_lock() (try_revoke: gives up
+ * second outsider T taking it once with try_lock() (revoke(false): gives up
  * at step 3 and retries, as its callers do).
  *
  * Memory model.  What could break the argument is O's store of
@@ -35,7 +35,7 @@
  *                   biased (store buffering).
  *   -DBROKEN_ORDER  O loads the state before storing owner_in_ (one load
  *                   only: no re-check after the store).
- *   -DBROKEN_TRY    try_revoke finishes the revocation (kShared) without
+ *   -DBROKEN_TRY    revoke(false) finishes the revocation (kShared) without
  *                   having seen owner_in_ = 0.
  */
 
@@ -156,7 +156,7 @@ active proctype R() {
   locked = 0
 }
 
-/* try_lock(): try_revoke, retried by the caller until it gets the lock. */
+/* try_lock(): revoke(false), retried by the caller until it gets the lock. */
 active proctype T() {
   bit done = 0;
   do

@@ -37,6 +37,9 @@ constinit thread_local bool tl_bias_owner = false;
 std::atomic<bool> bias_births{true};
 namespace {
 std::atomic<std::uint64_t> revocations{0};  // this run's, for bias_births
+// A run that has revoked this many biased mvars makes new ones shared
+// from the start (Note [Biased locks]).
+constexpr std::uint64_t kMaxRevocations = 4096;
 }  // namespace
 
 __attribute__((noinline)) bool current_bias_owner() noexcept {
@@ -51,41 +54,6 @@ void start_bias_epoch() noexcept {
 
 std::uint64_t lock_revocations() noexcept { return revocations.load(std::memory_order_relaxed); }
 
-namespace {
-// A run that has revoked this many biased mvars makes new ones shared
-// from the start (Note [Biased locks]).
-constexpr std::uint64_t kMaxRevocations = 4096;
-
-// Steps 1 and 2 of Note [Biased locks], run by every revoker that finds
-// the bias not yet revoked for good.  A biased mvar exists only if a run
-// registered the process for membarrier, so the call cannot fail.
-void begin_revoke(std::atomic<std::uint8_t>& state, std::uint8_t biased,
-                  std::uint8_t revoking) noexcept {
-  state.compare_exchange_strong(biased, revoking, std::memory_order_seq_cst);
-  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-}
-
-// Step 4; counts the revocation once, whoever finishes it.
-void end_revoke(std::atomic<std::uint8_t>& state, std::uint8_t shared) noexcept {
-  if (state.exchange(shared, std::memory_order_acq_rel) != shared &&
-      revocations.fetch_add(1, std::memory_order_relaxed) + 1 >= kMaxRevocations)
-    bias_births.store(false, std::memory_order_relaxed);
-}
-}  // namespace
-
-// The owner's side: true if the calling OS thread holds the capability and
-// now the lock, through owner_in_.  tl_bias_owner is read directly: no
-// switch can come between the read and its use here.
-inline bool mvar_core::enter_biased() noexcept {
-  if (!tl_bias_owner || state_.load(std::memory_order_relaxed) != kBiased) return false;
-  owner_in_.store(true, std::memory_order_relaxed);
-  // Only a compiler barrier: a revoker's membarrier makes it a full one.
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  if (state_.load(std::memory_order_relaxed) == kBiased) [[likely]] return true;
-  owner_in_.store(false, std::memory_order_release);
-  return false;
-}
-
 // Only an owner inside a biased section has owner_in_ set and reads it 1:
 // another OS thread may see an owner's passing store of 1 as it backs off.
 inline std::atomic<bool>* mvar_core::held_word() noexcept {
@@ -94,23 +62,25 @@ inline std::atomic<bool>* mvar_core::held_word() noexcept {
 
 bool mvar_core::try_lock_biased() noexcept {
   if (tl_bias_owner && owner_in_.load(std::memory_order_relaxed)) return false;  // its own
-  if (enter_biased()) return true;
-  if (!try_revoke()) return false;
+  if (state_.load(std::memory_order_relaxed) == kBiased && enter_biased()) return true;
+  if (!revoke(/*wait=*/false)) return false;
   return !locked_.exchange(true, std::memory_order_acquire);
 }
 
-void mvar_core::revoke() noexcept {
-  if (state_.load(std::memory_order_acquire) == kShared) return;
-  begin_revoke(state_, kBiased, kRevoking);
-  for (rts::SpinWait wait; owner_in_.load(std::memory_order_acquire);) wait.turn();  // step 3
-  end_revoke(state_, kShared);
-}
-
-bool mvar_core::try_revoke() noexcept {
+bool mvar_core::revoke(bool wait) noexcept {
   if (state_.load(std::memory_order_acquire) == kShared) return true;
-  begin_revoke(state_, kBiased, kRevoking);
-  if (owner_in_.load(std::memory_order_acquire)) return false;  // inside: the caller retries
-  end_revoke(state_, kShared);
+  // Steps 1 and 2, run by every revoker that finds the bias not yet
+  // revoked for good.  A biased mvar exists only if a run registered the
+  // process for membarrier, so the call cannot fail.
+  std::uint8_t biased = kBiased;
+  state_.compare_exchange_strong(biased, kRevoking, std::memory_order_seq_cst);
+  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  for (rts::SpinWait spin; owner_in_.load(std::memory_order_acquire); spin.turn())  // step 3
+    if (!wait) return false;  // inside: the caller retries
+  // Step 4; the revocation is counted once, whoever finishes it.
+  if (state_.exchange(kShared, std::memory_order_acq_rel) != kShared &&
+      revocations.fetch_add(1, std::memory_order_relaxed) + 1 >= kMaxRevocations)
+    bias_births.store(false, std::memory_order_relaxed);
   return true;
 }
 
@@ -140,14 +110,7 @@ std::size_t memory_limit_bytes() noexcept {
 // the lock, so that the hog warning does not name it (Note [Warning about
 // a hog] in schedule/hog_warning.cpp).
 void mvar_core::lock_slow() noexcept {
-  if (state_.load(std::memory_order_acquire) != kShared) [[likely]] {  // Note [Biased locks]
-    if (enter_biased()) [[likely]] return;
-    revoke();
-  }
-  lock_contended();
-}
-
-void mvar_core::lock_contended() noexcept {
+  if (state_.load(std::memory_order_acquire) != kShared) revoke(/*wait=*/true);  // Note [Biased locks]
   unsigned turns = 0;
   for (;; rts::spin_turn(turns)) {
     if (!locked_.load(std::memory_order_relaxed) && try_lock()) return;

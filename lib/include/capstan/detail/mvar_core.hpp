@@ -192,7 +192,7 @@ extern std::atomic<bool> bias_births;
 // could overlap the owner's section.  A lock() that reads kShared
 // (acquire) needs no more, since step 4 follows step 3.  try_lock's
 // callers hold a thread's wait_lock, which a biased holder may be about
-// to take, so its revoker (try_revoke) gives up at step 3 instead of
+// to take, so its revoker (revoke(false)) gives up at step 3 instead of
 // waiting, leaving kRevoking for the next caller to finish.  unlock()
 // stores 0 to both words: the one its caller does not hold is 0 already
 // (nobody holds locked_ while owner_in_ is 1, and after step 3 nobody
@@ -225,12 +225,8 @@ class mvar_core {
     std::uint8_t st = state_.load(std::memory_order_acquire);
     if (st == kShared) [[likely]] {
       if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
-    } else if (st == kBiased && bias_owner_here()) [[likely]] {
-      owner_in_.store(true, std::memory_order_relaxed);
-      // Only a compiler barrier: a revoker's membarrier makes it a full one.
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      if (state_.load(std::memory_order_relaxed) == kBiased) [[likely]] return;
-      owner_in_.store(false, std::memory_order_release);
+    } else if (st == kBiased && enter_biased()) [[likely]] {
+      return;
     }
     lock_slow();
   }
@@ -331,23 +327,32 @@ class mvar_core {
   static void blocking_point(const char* what);
 
  private:
-  // lock_slow: a biased lock, or a contended one (lock_contended, which
-  // spins and then yields the OS thread).
+  // lock_slow: a lock not yet shared (revoked first) or a contended one.
   void lock_slow() noexcept;
-  [[gnu::noinline]] void lock_contended() noexcept;
   // state_: kBiased -> kRevoking -> kShared, each step once.
   static constexpr std::uint8_t kShared = 0, kBiased = 1, kRevoking = 2;
-  // try_lock_biased is try_lock on an mvar not yet shared (Note [Biased
-  // locks]); out of line.
+  // enter_biased is the owner's side of Note [Biased locks], for a caller
+  // that read kBiased: true if it holds the capability and now the lock,
+  // through owner_in_; false if it is not the owner or the bias is being
+  // revoked.
+  bool enter_biased() noexcept {
+    if (!bias_owner_here()) return false;
+    owner_in_.store(true, std::memory_order_relaxed);
+    // Only a compiler barrier: a revoker's membarrier makes it a full one.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (state_.load(std::memory_order_relaxed) == kBiased) [[likely]] return true;
+    owner_in_.store(false, std::memory_order_release);
+    return false;
+  }
+  // try_lock_biased is try_lock on an mvar not yet shared; out of line.
   bool try_lock_biased() noexcept;
-  // enter_biased: the owner's steps; revoke: steps 1-4, and try_revoke the
-  // same, giving up (false) rather than waiting at step 3.
-  bool enter_biased() noexcept;
   // held_word is the word the caller, holding the lock, stores false to
   // let it go: what park hands to the switch's landing side.
   std::atomic<bool>* held_word() noexcept;
-  void revoke() noexcept;
-  bool try_revoke() noexcept;
+  // revoke ends the bias for good (steps 1-4 of Note [Biased locks]) and
+  // returns true; with wait false it gives up at step 3 instead, false,
+  // leaving kRevoking for the next caller to finish.  Out of line.
+  bool revoke(bool wait) noexcept;
 
   std::atomic<bool> locked_{false};    // the shared lock word
   std::atomic<bool> owner_in_{false};  // stored only by the capability's holder
