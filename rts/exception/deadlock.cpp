@@ -8,8 +8,9 @@
 // GC, so capstan asks a simpler question: can *anything* wake *any*
 // thread?  A thread can be woken only by another green thread (none runs:
 // every capability is idle with an empty inbox), by the IO manager (a
-// sleep, fd wait or timer pending, or a message on its way to it:
-// io_parked, io_queued), by a thread returning from
+// sleep, fd wait or timer pending, a message on its way to it, or a
+// wake-up on its way back from it: io_queued, io_parked, and Note
+// [Wake-ups in flight] in io/io_manager.cpp), by a thread returning from
 // a safe call, by an in-call, or by an OS thread the runtime does not know
 // (a std::thread holding a reference to an mvar may try_put into it at any
 // time).  If none of them exists, the run can make no progress: every

@@ -173,9 +173,29 @@
 // handling them, so after count_parked().  A reader that loads queued_ and
 // then parked_ (all seq_cst) and finds both zero has seen every request
 // that was pushed: if queued_ was already decremented for it, its
-// parked_ increment came before, and only finish() undoes that (or, for a
-// close_fd of a lingering socket, closes_done() after the waiter's wake-up:
-// Note [Closing a lingering socket] in io/closer.hpp).
+// parked_ increment came before, and only finish() or flush_wakes undoes
+// that (Note [Wake-ups in flight]; or, for a close_fd of a lingering
+// socket, closes_done() after the waiter's wake-up: Note [Closing a
+// lingering socket] in io/closer.hpp).
+//
+// Note [Wake-ups in flight]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// The other end of a request's life has the same hazard.  finish() takes
+// an expired or ready request off the heap and its fd, but its thread is
+// woken only by flush_wakes, at the end of the callback (Note [Wake last]):
+// the try_put of its box, or a timeout's on_expire, pushes it to an inbox.
+// Between the two the thread is blocked, every capability may be idle, and
+// nothing in the heap would wake it.  If finish() let go of the parked_
+// count there, a detector tick could see a quiet run, and when the IO
+// thread was preempted in that gap for two ticks (a loaded machine; the
+// ThreadSanitizer build), it raised blocked_indefinitely in a thread whose
+// timer had fired: main waiting in timeout(10ms, acquire) on a semaphore
+// nobody would release.  So a request that has a wake-up stays counted
+// until flush_wakes has delivered it; the count drops after the push to
+// the inbox (seq_cst), where quiet_now sees the thread instead.  A request
+// finished without a wake-up (a cancel: its thread is running) drops its
+// count in finish().  Tested by DeadlockStress.* (tests/stress/
+// deadlock_stress.cpp), which failed about one run in fifteen before.
 #include "io/io_thread.hpp"
 #include "io/owned_fds.hpp"
 
@@ -190,6 +210,7 @@
 #include <cstdlib>
 #include <new>
 #include <system_error>
+#include <thread>
 
 #include "capstan/errors.hpp"
 #include "primitives/say.hpp"
@@ -197,6 +218,7 @@
 #include "thread/dump.hpp"
 #include "trace/trace.hpp"
 #include "primitives/clock.hpp"
+#include "primitives/fault_injection.hpp"
 
 namespace capstan::rts {
 
@@ -530,7 +552,9 @@ void IoManager::count_parked(Request* r) {
 void IoManager::finish(Request* r, int outcome, bool wake) {
   if (r->done) return;
   r->done = true;
-  if (r->counted) {
+  // A request with a wake-up stays counted until flush_wakes has handed its
+  // thread back: Note [Wake-ups in flight].
+  if (r->counted && !wake) {
     r->counted = false;
     parked_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -554,9 +578,18 @@ void IoManager::finish(Request* r, int outcome, bool wake) {
 // flush_wakes wakes the threads finish() queued: the last thing each libuv
 // callback does (Note [Wake last]).
 void IoManager::flush_wakes() {
+  if (wakes_.empty()) return;
+  if (int us = fault_injection::io_wake_delay_us.load(std::memory_order_relaxed)) [[unlikely]]
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
   for (auto [r, outcome] : wakes_) {
     if (r->kind == Op::timeout) r->on_expire(r->arg, r->token);  // io_add_timeout
     else r->box.try_put(outcome);  // Note [No lost wake-ups] 2
+    if (r->counted) {
+      // Only now: Note [Wake-ups in flight].  seq_cst: after the wake-up's
+      // push to an inbox, as the detector reads them.
+      r->counted = false;
+      parked_.fetch_sub(1, std::memory_order_seq_cst);
+    }
     r->release();             // the wake-up's reference: r may be gone now
   }
   wakes_.clear();

@@ -95,7 +95,8 @@ void io_start();
 void io_shutdown() noexcept;
 
 // io_parked is the number of sleeps, mvar time-outs and fd waits the IO
-// thread has registered and not yet finished, and of close_fd calls
+// thread has registered and whose threads it has not yet woken or seen
+// cancel (Note [Wake-ups in flight] in io/io_manager.cpp), and of close_fd calls
 // waiting for a lingering socket's close (io/closer.hpp): a test waits on
 // it to know that a thread is parked in the IO manager.
 std::size_t io_parked() noexcept;

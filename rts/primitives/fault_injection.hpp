@@ -36,6 +36,12 @@ inline std::atomic<bool> refuse_os_threads{false};
 // [Stopping the ticker] closes (tests/rts/exception/deadlock_test.cpp).
 // 0, the default: no sleep, one relaxed load on the way to parking.
 inline std::atomic<int> ticker_park_delay_us{0};
+// Not a countdown: microseconds the IO thread sleeps in flush_wakes before
+// it delivers the wake-ups a callback finished, widening the gap of Note
+// [Wake-ups in flight] (io/io_manager.cpp) for
+// tests/rts/exception/deadlock_test.cpp.  0, the default: one relaxed load
+// per flush that has something to wake.
+inline std::atomic<int> io_wake_delay_us{0};
 
 // should_fail counts one attempt against `knob`: true if it must fail.
 inline bool should_fail(std::atomic<int>& knob) noexcept {

@@ -413,6 +413,40 @@ TEST_P(Deadlock, NotWhileASleeperWillWakeUs) {
   });
 }
 
+// Not while the IO thread is late delivering a wake-up it has taken off its
+// heap (Note [Wake-ups in flight] in rts/io/io_manager.cpp): each delivery
+// waits 60 ms, six ticks, after the timer or the readiness ended the wait,
+// with every capability idle.  Every kind of wait the IO thread ends:
+// sleep_for, take_for, timeout() around an untimed take, a timed chan read.
+TEST_P(Deadlock, NotWhileTheIoThreadIsLateWithAWakeUp) {
+  struct Delay {
+    Delay() { capstan::rts::fault_injection::io_wake_delay_us.store(60'000); }
+    ~Delay() { capstan::rts::fault_injection::io_wake_delay_us.store(0); }
+  } delay;
+  options o = capstan_test::opts(caps());
+  o.deadlock_detection = options::deadlock::force;
+  int raised = 0, ended = 0;
+  run(o, [&] {
+    mvar<int> never;
+    chan<int> empty;
+    auto each = [&](auto&& wait) {
+      try {
+        wait();
+        ++ended;
+      } catch (const blocked_indefinitely&) {
+        ++raised;
+      }
+    };
+    each([] { sleep_for(1ms); });
+    each([&] { EXPECT_FALSE(never.take_for(1ms)); });
+    each([&] { EXPECT_FALSE(timeout(1ms, [&] { (void)never.take(); })); });
+    each([&] { EXPECT_FALSE(empty.read_for(1ms)); });
+  });
+  EXPECT_EQ(raised, 0) << "a thread whose wake-up was on its way heard of a deadlock";
+  EXPECT_EQ(ended, 4);
+  EXPECT_EQ(statistics().deadlocks_detected, 0u);
+}
+
 // Not while a thread is inside a safe call that will put.
 TEST_P(Deadlock, NotWhileASafeCallIsInProgress) {
   run([] {
