@@ -85,21 +85,24 @@ bool g_shutdown_suspected = false;
 // quiet: nothing runs and nothing is known that could wake a thread.
 // (During shutdown, main's wait for the others counts as blocked.)
 bool quiet_now() {
-  // Every capability idle, or free with nothing queued and no sparks
-  // (resting, schedule/idle.hpp): a Task that ran a bound or in-call
-  // thread leaves its capability free when the thread finishes, and
-  // nothing may ever take it again.  (A safe call and an
-  // in-call in progress are counted below; a capability changing hands
-  // has a queued thread, or its giver switches before the next tick.)
-  unsigned resting_caps = rt.n_idle(std::memory_order_seq_cst);
+  // Every capability asleep in idle(), or free with nothing queued and no
+  // sparks (resting, schedule/idle.hpp): a Task that ran a bound or
+  // in-call thread leaves its capability free when the thread finishes,
+  // and nothing may ever take it again.  (A safe call and an in-call in
+  // progress are counted below; a capability changing hands has a queued
+  // thread, or its giver switches before the next tick.)  See Note [Idle
+  // is not asleep].
   for (Capability* c : rt.caps) {
     if (c->inbox.nonempty_seq_cst()) return false;  // work queued
-    if (c->hold.load(std::memory_order_seq_cst) == Hold::free) {
-      if (!resting(c)) return false;
-      ++resting_caps;
+    if (c->run_queue.size() != 0 || c->sparks.size() != 0) return false;
+    switch (c->hold.load(std::memory_order_seq_cst)) {
+      case Hold::sleeping: break;
+      case Hold::free:
+        if (!resting(c)) return false;
+        break;
+      case Hold::held: return false;  // running, or idle and still looking
     }
   }
-  if (resting_caps != rt.n_caps) return false;
   // queued first: Note [Messages in flight] in io/io_manager.cpp.
   if (io_queued() != 0 || io_parked() != 0) return false;
   if (process.incalls.load(std::memory_order_seq_cst) != 0) return false;
@@ -108,6 +111,25 @@ bool quiet_now() {
     if (task->in_safe_call.load(std::memory_order_relaxed)) return false;
   return true;
 }
+
+// Note [Idle is not asleep]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A capability in idle() may still hold work nobody else can see: a spark
+// it took from its own pool or was answered by a victim (in ask(), or
+// turned into a thread not yet created), threads it has just stolen from a
+// stalled capability on their way to its run queue.  Nothing of that is
+// counted as a switch until the thread runs, so if the capability's OS
+// thread were preempted there for two ticks, a detector that counted idle
+// capabilities as quiet would raise blocked_indefinitely in a thread that
+// work was about to wake (a maker in get(), a taker whose putter was just
+// stolen).  So only a capability asleep (Hold::sleeping: it looked,
+// found nothing and parked) counts, with an empty run queue and spark
+// pool; one still looking is busy.  An idle capability sleeps within a
+// few spins of kSpinNs when there is nothing to find (schedule/idle.cpp;
+// it never sleeps holding sparks, Note [A backlog of stolen sparks is not
+// speculative]), so a real deadlock is still found at the next ticks.
+// Rejected: a "taking work" flag set around every hunt and steal - more
+// stores on the idle path, and every new way to take work would need one.
 
 // Note [Sanitizer threads]
 // ~~~~~~~~~~~~~~~~~~~~~~~~

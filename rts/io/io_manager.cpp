@@ -193,9 +193,16 @@
 // nobody would release.  So a request that has a wake-up stays counted
 // until flush_wakes has delivered it; the count drops after the push to
 // the inbox (seq_cst), where quiet_now sees the thread instead.  A request
-// finished without a wake-up (a cancel: its thread is running) drops its
-// count in finish().  Tested by DeadlockStress.* (tests/stress/
-// deadlock_stress.cpp), which failed about one run in fifteen before.
+// that ends while drain() handles it (every close_fd, a wait on a regular
+// file or an interrupted fd, a registration that failed) was never
+// counted: finish() counts it then, before drain's seq_cst decrement of
+// queued_, so the detector sees it in one count or the other throughout.
+// A request finished without a wake-up (a cancel: its thread is running)
+// drops its count in finish().  Tested by
+// Deadlock.NotWhileTheIoThreadIsLateWithAWakeUp (every kind of wait, the
+// IO thread made late by a fault-injection knob) and DeadlockStress.*
+// (tests/stress/deadlock_stress.cpp), which failed about one run in
+// fifteen before.
 #include "io/io_thread.hpp"
 #include "io/owned_fds.hpp"
 
@@ -552,9 +559,15 @@ void IoManager::count_parked(Request* r) {
 void IoManager::finish(Request* r, int outcome, bool wake) {
   if (r->done) return;
   r->done = true;
-  // A request with a wake-up stays counted until flush_wakes has handed its
-  // thread back: Note [Wake-ups in flight].
-  if (r->counted && !wake) {
+  // A request with a wake-up is counted until flush_wakes has handed its
+  // thread back, even one that ends as drain() handles it (a close, a
+  // wait on a regular file): Note [Wake-ups in flight].
+  if (wake) {
+    if (!r->counted) {
+      r->counted = true;
+      parked_.fetch_add(1, std::memory_order_relaxed);  // as count_parked
+    }
+  } else if (r->counted) {
     r->counted = false;
     parked_.fetch_sub(1, std::memory_order_relaxed);
   }

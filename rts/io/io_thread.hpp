@@ -177,7 +177,7 @@ class IoManager {
   Request* new_fd_request(Op kind, int fd) noexcept;
   void free_reserved(int slot) noexcept;
 
-  std::size_t parked() const { return parked_.load(std::memory_order_acquire); }
+  std::size_t parked() const { return parked_.load(std::memory_order_seq_cst); }
   std::size_t timers() const { return timers_.load(std::memory_order_relaxed); }
   std::size_t queued() const { return queued_.load(std::memory_order_seq_cst); }
   std::uint64_t drains() const { return drains_.load(std::memory_order_relaxed); }

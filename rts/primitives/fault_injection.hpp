@@ -42,6 +42,12 @@ inline std::atomic<int> ticker_park_delay_us{0};
 // tests/rts/exception/deadlock_test.cpp.  0, the default: one relaxed load
 // per flush that has something to wake.
 inline std::atomic<int> io_wake_delay_us{0};
+// Not a countdown: microseconds an idle capability sleeps between taking a
+// spark and making its spark thread, as if its OS thread were preempted
+// there (Note [Idle is not asleep] in exception/deadlock.cpp;
+// tests/rts/exception/deadlock_test.cpp).  0, the default: one relaxed
+// load per spark an idle capability takes.
+inline std::atomic<int> idle_spark_delay_us{0};
 
 // should_fail counts one attempt against `knob`: true if it must fail.
 inline bool should_fail(std::atomic<int>& knob) noexcept {

@@ -91,9 +91,13 @@
 
 #include <sched.h>
 
+#include <chrono>
+#include <thread>
+
 #include "schedule/steal.hpp"
 
 #include "primitives/clock.hpp"
+#include "primitives/fault_injection.hpp"
 #include "primitives/parker.hpp"
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
@@ -150,6 +154,8 @@ bool try_sparks(Capability* cap, bool* asked) {
       rt.arena.exhausted(now_ns())) [[unlikely]]
     return false;
   if (detail::spark_base* s = find_spark(cap, asked)) {
+    if (int us = fault_injection::idle_spark_delay_us.load(std::memory_order_relaxed)) [[unlikely]]
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
     start_spark_thread(cap, s);
     return true;
   }
@@ -168,6 +174,24 @@ void idle(Task* task, Capability* cap) {
   bool watching = false;  // a stall was being judged when the last spin ended
   bool called = false;    // woken by wake_one_sleeper: for sparks, or to watch
   for (unsigned round = 0; !found; ++round) {
+    // Note [A backlog of stolen sparks is not speculative]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // Sparks stolen in a batch wait in our backlog (n_stolen_sparks) for
+    // the spark thread that runs the first; their makers are blocked in
+    // get() until they run.  That thread normally drains the backlog, but
+    // it is an ordinary unlocked thread: pushed to another capability
+    // (push_work) or stolen from a stall, it drains that one's backlog
+    // instead, and ours waits for our next hunt.  With more capabilities
+    // than CPUs we hunt only on a free CPU (Note [Spinning only on a free
+    // CPU]), and the sleep test below looks at the pool only: a capability
+    // could sleep on its backlog, and every maker waiting for it with it -
+    // for ever once nothing else runs, when deadlock detection raised
+    // them.  So a backlog is run at once, free CPU or not, and no idle
+    // capability sleeps holding one.
+    if (cap->n_stolen_sparks != 0) {
+      bool asked;
+      if ((found = try_sparks(cap, &asked))) break;  // find_spark takes the backlog first
+    }
     // Spin for kSpinNs watching the inbox, answering steal requests, and
     // looking for sparks (asking another capability every 256 turns: each
     // ask costs the victim a poll, so thieves back off; but a look that

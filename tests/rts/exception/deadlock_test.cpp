@@ -1,6 +1,9 @@
 // deadlock_test.cpp - deadlock detection (Note [Deadlock detection] in
 // rts/exception/deadlock.cpp): blocked_indefinitely when nothing can wake
 // anyone, and never while something could.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -417,7 +420,9 @@ TEST_P(Deadlock, NotWhileASleeperWillWakeUs) {
 // heap (Note [Wake-ups in flight] in rts/io/io_manager.cpp): each delivery
 // waits 60 ms, six ticks, after the timer or the readiness ended the wait,
 // with every capability idle.  Every kind of wait the IO thread ends:
-// sleep_for, take_for, timeout() around an untimed take, a timed chan read.
+// sleep_for, take_for, timeout() around an untimed take, a timed chan read,
+// a readable pipe, and two that end as the IO thread first handles them:
+// close_fd, and a wait on a regular file (always ready).
 TEST_P(Deadlock, NotWhileTheIoThreadIsLateWithAWakeUp) {
   struct Delay {
     Delay() { capstan::rts::fault_injection::io_wake_delay_us.store(60'000); }
@@ -441,9 +446,53 @@ TEST_P(Deadlock, NotWhileTheIoThreadIsLateWithAWakeUp) {
     each([&] { EXPECT_FALSE(never.take_for(1ms)); });
     each([&] { EXPECT_FALSE(timeout(1ms, [&] { (void)never.take(); })); });
     each([&] { EXPECT_FALSE(empty.read_for(1ms)); });
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ASSERT_EQ(::write(fds[1], "x", 1), 1);
+    each([&] { wait_readable(fds[0]); });
+    each([&] { close_fd(fds[0]); });
+    ::close(fds[1]);
+    int file = ::open("/proc/self/exe", O_RDONLY);
+    ASSERT_GE(file, 0);
+    each([&] { wait_readable(file); });
+    ::close(file);
   });
   EXPECT_EQ(raised, 0) << "a thread whose wake-up was on its way heard of a deadlock";
-  EXPECT_EQ(ended, 4);
+  EXPECT_EQ(ended, 7);
+  EXPECT_EQ(statistics().deadlocks_detected, 0u);
+}
+
+// Not while an idle capability holds a spark it has taken but not yet
+// turned into a thread (Note [Idle is not asleep] in
+// rts/exception/deadlock.cpp): the capability waits 60 ms, six ticks,
+// between the two, as if preempted there, while main waits for what the
+// spark will put.  At -N1 the spark comes from the capability's own pool;
+// with more capabilities, an idle one may ask for it instead.
+TEST_P(Deadlock, NotWhileAnIdleCapabilityIsLateStartingASpark) {
+  struct Delay {
+    Delay() { capstan::rts::fault_injection::idle_spark_delay_us.store(60'000); }
+    ~Delay() { capstan::rts::fault_injection::idle_spark_delay_us.store(0); }
+  } delay;
+  options o = capstan_test::opts(caps());
+  o.deadlock_detection = options::deadlock::force;
+  int raised = 0, got = 0;
+  run(o, [&] {
+    for (int i = 0; i < 3; ++i) {
+      mvar<int> m;
+      auto s = par([&] {
+        m.put(i);
+        return i;
+      });
+      try {
+        got += m.take() == i;
+      } catch (const blocked_indefinitely&) {
+        ++raised;
+      }
+      EXPECT_EQ(s.get(), i);
+    }
+  });
+  EXPECT_EQ(raised, 0) << "main heard of a deadlock while its spark was being started";
+  EXPECT_EQ(got, 3);
   EXPECT_EQ(statistics().deadlocks_detected, 0u);
 }
 
