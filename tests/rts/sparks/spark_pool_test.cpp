@@ -7,8 +7,10 @@
 // capabilities from two OS threads, the victim's owner and a thief, with no
 // runtime running.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -218,6 +220,67 @@ TEST(SparkPoolOwner, ASparkThreadThatNeverRanGivesItsSparksBack) {
   });
   EXPECT_EQ(runs.load(), 2) << "a spark ran twice, or a dropped one ran";
   expect_sparks(/*created=*/3, /*converted=*/0, /*fizzled=*/2, /*gcd=*/1);
+}
+
+// Note [A backlog of stolen sparks is not speculative] (schedule/idle.cpp):
+// a capability whose backlog holds a spark its maker waits for runs it at
+// once, even with no CPU free to hunt on.  The process is narrowed to one
+// CPU, so with capability 0 busy, idle capability 1 may not hunt (Note
+// [Spinning only on a free CPU]); capability 1's thread takes its own spark
+// as a thief's answer would leave it (marked stolen, in the backlog: the
+// spark thread that would have drained it went elsewhere) and waits for it
+// in get().  Before, capability 1 slept on its backlog, and the maker
+// waited until deadlock detection raised it.
+TEST(SparkPoolOwner, AnIdleCapabilityRunsItsBacklogWithoutAFreeCpu) {
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  capstan::options o = capstan_test::opts(2);
+  o.deadlock_detection = capstan::options::deadlock::force;
+  std::atomic<bool> ran{false};
+  bool ran_while_busy = false, raised = false;
+  int got = -1;
+  capstan::run(o, [&] {
+    capstan::mvar<int> done;
+    capstan::fork_on(1, [&] {
+      Capability* cap = rt.caps[1];
+      auto s = capstan::par([&] {
+        ran.store(true);
+        return 7;
+      });
+      spark_base* taken = capstan::rts::find_spark(cap);  // marked stolen
+      EXPECT_EQ(addr(taken), addr(&s));
+      cap->stolen_sparks[cap->n_stolen_sparks++] = taken;
+      try {
+        got = s.get();
+      } catch (const capstan::blocked_indefinitely&) {
+        raised = true;
+      }
+      done.put(1);
+    });
+    // Busy, with safe points, for up to 2 s or until the spark has run.
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!ran.load() && std::chrono::steady_clock::now() < until) {
+      capstan_test::busy_work(50);
+      capstan::yield_point();
+    }
+    ran_while_busy = ran.load();
+    try {
+      done.take();
+    } catch (const capstan::blocked_indefinitely&) {
+      raised = true;
+    }
+  });
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+  EXPECT_TRUE(ran_while_busy) << "capability 1 slept on its backlog";
+  EXPECT_FALSE(raised);
+  EXPECT_EQ(got, 7);
 }
 
 // A spark given back to a maker that never forces nor drops it - its
