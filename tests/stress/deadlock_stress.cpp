@@ -1,15 +1,21 @@
-// deadlock_stress.cpp - deadlock detection must never fire while the IO
-// thread is ending a wait.  Green threads block, one at a time per
-// capability, only in waits the IO thread ends (sleeps, timed takes,
-// timeout() around an untimed take, timed chan reads), so every capability
-// is often idle with one timer pending.  Busy OS threads compete for the
-// two cores, so the IO thread is preempted at every point of its wake-up
-// path, including between taking a timer off its heap and handing the
+// deadlock_stress.cpp - deadlock detection must never fire while a wake-up
+// is on its way.  Green threads block, one at a time per capability, only
+// in waits the IO thread ends (sleeps, timed takes, timeout() around an
+// untimed take, timed chan reads, a readable pipe, a close_fd) or that
+// their own spark ends (a take of what the spark puts, which an idle
+// capability starts), so every capability is often idle with one wake-up
+// on its way.  Busy OS threads compete for the two cores, so the IO thread
+// and the capabilities' OS threads are preempted at every point of those
+// paths, including between taking a timer off the heap and handing the
 // thread back to its capability.  The ticker runs every 100 us with
 // detection forced (the busy threads are outside threads).  A detector
 // that sees a wait as over before its thread is back in an inbox raises
 // blocked_indefinitely in a thread whose timer has fired (Note [Wake-ups
-// in flight] in rts/io/io_manager.cpp).
+// in flight] in rts/io/io_manager.cpp); one that counts a capability still
+// starting a spark as quiet raises it in the spark's maker (Note [Idle is
+// not asleep] in rts/exception/deadlock.cpp).
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -31,7 +37,7 @@ INSTANTIATE_TEST_SUITE_P(, DeadlockStress, ::testing::Values(1u, 2u, 4u),
 
 std::atomic<std::uint64_t> next_seed{0};
 
-TEST_P(DeadlockStress, NeverFiresWhileTheIoThreadEndsAWait) {
+TEST_P(DeadlockStress, NeverFiresWhileAWakeUpIsOnItsWay) {
   stress::Watchdog dog(std::chrono::seconds(120), "deadlock detection against IO wake-ups");
   std::atomic<bool> stop_hogs{false};
   std::vector<std::thread> hogs;
@@ -55,11 +61,29 @@ TEST_P(DeadlockStress, NeverFiresWhileTheIoThreadEndsAWait) {
         while (std::chrono::steady_clock::now() < until) {
           auto d = std::chrono::microseconds(5 + r() % 150);
           try {
-            switch (r() % 4) {
+            switch (r() % 6) {
               case 0: sleep_for(d); break;
               case 1: (void)never.take_for(d); break;
               case 2: (void)timeout(d, [&] { (void)never.take(); }); break;
-              default: (void)empty.read_for(d); break;
+              case 3: (void)empty.read_for(d); break;
+              case 4: {  // a pipe made readable, and closed, through the IO thread
+                int fds[2];
+                if (::pipe(fds) != 0) break;
+                if (::write(fds[1], "x", 1) == 1) wait_readable(fds[0]);
+                close_fd(fds[0]);
+                ::close(fds[1]);
+                break;
+              }
+              default: {  // our own spark fills the box: an idle capability starts it
+                mvar<int> box;
+                auto s = par([&] {
+                  box.put(1);
+                  return 1;
+                });
+                (void)box.take();
+                (void)s.get();
+                break;
+              }
             }
             waits.fetch_add(1, std::memory_order_relaxed);
           } catch (const blocked_indefinitely&) {
