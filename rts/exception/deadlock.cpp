@@ -84,7 +84,11 @@ bool g_shutdown_suspected = false;
 
 // quiet: nothing runs and nothing is known that could wake a thread.
 // (During shutdown, main's wait for the others counts as blocked.)
+// g_unsettled: quiet_now's last `false` was for a transient state only.
+bool g_unsettled = false;
+
 bool quiet_now() {
+  g_unsettled = false;
   // Every capability asleep in idle(), or free with nothing queued and no
   // sparks (resting, schedule/idle.hpp): a Task that ran a bound or
   // in-call thread leaves its capability free when the thread finishes,
@@ -100,12 +104,20 @@ bool quiet_now() {
       case Hold::free:
         if (!resting(c)) return false;
         break;
-      case Hold::held: return false;  // running, or idle and still looking
+      case Hold::held:  // running, or idle and still looking
+        g_unsettled = c->idle.load(std::memory_order_relaxed);
+        return false;
     }
   }
   // queued first: Note [Messages in flight] in io/io_manager.cpp.
-  if (io_queued() != 0 || io_parked() != 0) return false;
-  if (process.incalls.load(std::memory_order_seq_cst) != 0) return false;
+  std::size_t queued = io_queued();  // before io_parked: Note [Messages in flight]
+  if (io_parked() != 0) return false;  // its end wakes a thread through an inbox
+  // A cancel drains, and an in-call (dump_threads) ends, without any
+  // capability leaving idle(): not a state to park on.
+  if (queued != 0 || process.incalls.load(std::memory_order_seq_cst) != 0) {
+    g_unsettled = true;
+    return false;
+  }
   std::lock_guard<std::mutex> g(rt.tasks_mu);
   for (auto& task : rt.tasks)
     if (task->in_safe_call.load(std::memory_order_relaxed)) return false;
@@ -344,7 +356,7 @@ DeadlockTick deadlock_tick() {
   if (rt.opts.deadlock_detection == options::deadlock::off) return DeadlockTick::none;
   if (!quiet()) {
     g_suspected = false;
-    return DeadlockTick::none;
+    return g_unsettled ? DeadlockTick::unsettled : DeadlockTick::none;
   }
   if (!confirmed(g_suspected, g_seen_switches)) return DeadlockTick::suspected;
   if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0) {

@@ -9,6 +9,8 @@ enum class DeadlockTick : unsigned char {
   suspected,   // quiet this tick: confirmed if still quiet at the next
   stood_down,  // a deadlock, but an outside OS thread could end it: re-check later
   broken,      // every blocked thread was sent blocked_indefinitely
+  unsettled,   // not quiet, but only for a state that can end without any
+               // capability leaving idle(): the ticker must not park on it
 };
 
 // deadlock_tick: the ticker's check, each tick on which no capability was

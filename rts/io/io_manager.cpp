@@ -222,6 +222,7 @@
 #include "capstan/errors.hpp"
 #include "primitives/say.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/idle.hpp"
 #include "thread/dump.hpp"
 #include "trace/trace.hpp"
 #include "primitives/clock.hpp"
@@ -606,6 +607,11 @@ void IoManager::flush_wakes() {
     r->release();             // the wake-up's reference: r may be gone now
   }
   wakes_.clear();
+  // A wake-up that woke nobody (a time-out queued for a thread blocked
+  // uninterruptibly, a timer that outlived its wait) made no capability
+  // leave idle(), yet ended what a parked ticker judged pending: Note
+  // [Stopping the ticker] in runtime/ticker.cpp.
+  ticker_judgement_changed();
 }
 
 // stop_everything ends the loop: every handle is closed, every request

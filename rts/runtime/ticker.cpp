@@ -43,6 +43,27 @@
 // parked ticker also wakes on a timer to look again (deadlock_recheck),
 // still parked: the hand-shake is unchanged, and a capability that leaves
 // idle meanwhile ends the park as before.
+// Two kinds of judgement are not of a state that only a busy capability
+// changes, and are handled apart:
+//  * "not quiet" for a reason that ends inside idle() or off the
+//    capabilities: a capability still looking for work in idle()
+//    (Hold::held: Note [Idle is not asleep] in exception/deadlock.cpp) goes
+//    to sleep without leaving it, a message queued to the IO thread (a
+//    cancel) is drained without waking anyone, and an in-call (a
+//    dump_threads from an outside thread) ends without one.  deadlock_tick
+//    reports these as DeadlockTick::unsettled, and the ticker does not park
+//    on them: it ticks on until the run is settled.  Parked on such a tick,
+//    it had missed a deadlock whose last thread blocked just before the
+//    tick, while its capability was still spinning (3 to 9 runs in 42 of
+//    Deadlock.FoundWhenTheLastThreadBlocksJustBeforeATick);
+//  * "a timer or fd wait is pending": its end normally wakes a thread,
+//    which makes a capability leave idle(); but a time-out queued for a
+//    thread blocked uninterruptibly, or a timer that outlived its wait,
+//    wakes nobody.  So the IO thread, after each batch of wake-ups, calls
+//    ticker_judgement_changed (schedule/idle.hpp): one more exit in
+//    idle_word (the ticker's re-check sees it) and a wake-up of a parked
+//    ticker - the capability's side of the hand-shake above, for the IO
+//    thread (Deadlock.FoundWhenATimeoutEndsOnAnUninterruptibleWait).
 #include "runtime/ticker.hpp"
 
 #include <pthread.h>
@@ -233,7 +254,7 @@ void Ticker::loop() {
     DeadlockTick dl = DeadlockTick::none;
     if (any_busy) deadlock_reset();
     else dl = deadlock_tick();
-    if (idle_ticks >= 2 && dl != DeadlockTick::suspected &&
+    if (idle_ticks >= 2 && dl != DeadlockTick::suspected && dl != DeadlockTick::unsettled &&
         !rt.shutting_down.load(std::memory_order_relaxed)) {
       if (int us = fault_injection::ticker_park_delay_us.load(std::memory_order_relaxed)) [[unlikely]]
         std::this_thread::sleep_for(std::chrono::microseconds(us));

@@ -280,4 +280,16 @@ void idle(Task* task, Capability* cap) {
     trace_idle(cap, false);
 }
 
+void ticker_judgement_changed() noexcept {
+  // As a capability leaving idle() (above), without the idle
+  // count: the exit half moves, so a ticker between its judgement and its
+  // park resumes; one already parked is woken.  seq_cst: the hand-shake of
+  // Note [Stopping the ticker].
+  rt.idle_word.fetch_add(Runtime::kIdleExit, std::memory_order_seq_cst);
+  if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
+    rt.ticker_parked.store(0, std::memory_order_seq_cst);
+    futex_wake(&rt.ticker_parked, 1);
+  }
+}
+
 }  // namespace capstan::rts

@@ -27,4 +27,12 @@ inline bool resting(const Capability* c) noexcept {
          !c->inbox.nonempty_seq_cst() && c->sparks.size() == 0;
 }
 
+// ticker_judgement_changed: something the parked ticker's last judgement
+// rested on has changed without a capability leaving idle() - the IO
+// thread ended a wait that woke nobody (Note [Stopping the ticker] in
+// runtime/ticker.cpp).  Counts as an exit from idle() for the ticker's
+// re-check and wakes a parked ticker.  One RMW and a load: call it once
+// per batch.
+void ticker_judgement_changed() noexcept;
+
 }  // namespace capstan::rts

@@ -9,7 +9,9 @@
 
 #include "capstan/capstan.hpp"
 #include "capstan_test.hpp"
+#include "primitives/clock.hpp"
 #include "primitives/fault_injection.hpp"
+#include "runtime/runtime.hpp"
 
 using namespace capstan;
 using namespace std::chrono_literals;
@@ -401,6 +403,84 @@ TEST_P(Deadlock, TwoDeadlocksInARowWhileTheTickerIsOnItsWayToPark) {
   });
   EXPECT_EQ(raised, 2) << "the second deadlock was not found";
   EXPECT_EQ(statistics().deadlocks_detected, static_cast<unsigned>(raised));
+}
+
+// The last thread blocks for good just before a tick that follows an idle
+// tick: its capability may still be looking for work in idle() when the
+// tick judges (not quiet: Note [Idle is not asleep]), and then goes to
+// sleep without leaving idle().  The ticker must not park on that
+// judgement (DeadlockTick::unsettled, Note [Stopping the ticker]), or the
+// deadlock is never found.  Main blocks at offsets around the tick, timed
+// from the tick that saw it asleep; a guard (an outside thread: `force`)
+// ends a missed deadlock after 1 s.
+TEST_P(Deadlock, FoundWhenTheLastThreadBlocksJustBeforeATick) {
+  int missed = 0, trials = 0;
+  for (int offset_us = -40; offset_us <= 160; offset_us += 10) {
+    options opts = capstan_test::opts(caps());
+    opts.deadlock_detection = options::deadlock::force;
+    mvar<int> never;
+    std::atomic<bool> done{false};
+    std::thread guard([&] {
+      auto until = std::chrono::steady_clock::now() + 1s;
+      while (!done.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+      while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
+    });
+    bool raised = false;
+    run(opts, [&] {
+      sleep_for(12ms);  // a tick sees every capability idle
+      std::int64_t tick = capstan::rts::rt.coarse_now_ns.load(std::memory_order_relaxed);
+      std::int64_t target = tick + 10'000'000 - offset_us * 1000;
+      while (capstan::rts::now_ns() < target) {
+      }
+      try {
+        never.take();
+      } catch (const blocked_indefinitely&) {
+        raised = true;
+      }
+    });
+    done.store(true);
+    guard.join();
+    ++trials;
+    if (!raised) ++missed;
+  }
+  EXPECT_EQ(missed, 0) << missed << " of " << trials
+                       << " deadlocks were never found: the ticker parked on a tick that saw a "
+                          "capability still looking for work in idle()";
+}
+
+// A time-out that wakes nobody: main waits in an uninterruptible take
+// inside timeout(100ms).  The ticker parks after two idle ticks (a timer
+// is pending); the time-out is queued, not raised, and no capability
+// leaves idle().  The IO thread must wake the ticker
+// (ticker_judgement_changed), which then finds the deadlock (raised
+// whatever the mask).  A guard ends a missed one after 2 s.
+TEST_P(Deadlock, FoundWhenATimeoutEndsOnAnUninterruptibleWait) {
+  options opts = capstan_test::opts(caps());
+  opts.deadlock_detection = options::deadlock::force;
+  mvar<int> never;
+  std::atomic<bool> done{false};
+  std::thread guard([&] {
+    auto until = std::chrono::steady_clock::now() + 2s;
+    while (!done.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
+  });
+  bool raised = false;
+  auto t0 = std::chrono::steady_clock::now();
+  run(opts, [&] {
+    try {
+      (void)timeout(100ms, [&] { uninterruptible_mask([&] { (void)never.take(); }); });
+    } catch (const blocked_indefinitely&) {
+      raised = true;
+    }
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0).count();
+  done.store(true);
+  guard.join();
+  EXPECT_TRUE(raised) << "the parked ticker never looked again after the time-out fired";
+  EXPECT_LT(ms, 1500);
 }
 
 // Not while a timer is pending: a sleeper will put.

@@ -38,7 +38,9 @@ bool expired(const Capability* c) {
 }
 
 // Two capabilities in rt, no runtime: caps[0] idle, caps[1] busy unless a
-// test says otherwise.
+// test says otherwise.  An idle one is asleep in idle() (Hold::sleeping):
+// one still looking for work keeps the ticker from parking (Note [Idle is
+// not asleep] in rts/exception/deadlock.cpp, DeadlockTick::unsettled).
 class TickerUnit : public ::testing::Test {
  protected:
   capstan_test::WhiteBoxRuntime runtime_;  // first: outlives the rest
@@ -52,6 +54,7 @@ class TickerUnit : public ::testing::Test {
     }
     rt.n_caps = 2;
     idle()->idle.store(true);
+    idle()->hold.store(capstan::rts::Hold::sleeping);
     rt.idle_word.store(1);
     rt.ticker_parked.store(0);
     rt.peak_live.store(0);
@@ -106,6 +109,7 @@ TEST_F(TickerUnit, AtMinusC0TheTickerStillExpiresBusyCapabilities) {
 
 TEST_F(TickerUnit, ParksOnceEveryCapabilityIsIdle) {
   busy()->idle.store(true);
+  busy()->hold.store(capstan::rts::Hold::sleeping);
   rt.idle_word.store(2);
   ticker_.start(microseconds(1000));
   // Asleep on the parked word, with no time-out: it ticks no more.
@@ -123,6 +127,7 @@ TEST_F(TickerUnit, DoesNotParkWhileOneCapabilityIsBusy) {
 
 TEST_F(TickerUnit, StopWakesAParkedTicker) {
   busy()->idle.store(true);
+  busy()->hold.store(capstan::rts::Hold::sleeping);
   rt.idle_word.store(2);
   ticker_.start(microseconds(1000));
   ASSERT_TRUE(eventually([] { return thread_sleeps_on(&rt.ticker_parked); }));
