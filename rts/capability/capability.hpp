@@ -114,7 +114,11 @@ struct alignas(64) Capability {
   detail::spark_base* steal_batch[kStealBatch] = {};  // [victim writes, then thief owns]
   unsigned steal_batch_n = 0;                           // [victim writes, then thief owns]
   detail::spark_base* stolen_sparks[kStealBatch] = {};  // [owner] stolen, not yet run
-  unsigned n_stolen_sparks = 0;                         // [owner]
+  // [owner writes; atomic] the backlog's length.  Read by the ticker too
+  // (a capability left free by a safe call may hold a backlog: Note
+  // [Deferred hand-off]); every access is the default seq_cst, a few per
+  // steal.
+  std::atomic<unsigned> n_stolen_sparks{0};
 
   // Spare Tasks parked until given this capability.
   SpinLock spare_lock;      // guards the two below

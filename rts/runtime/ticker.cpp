@@ -135,8 +135,13 @@ struct timespec to_timespec(std::int64_t ns) {
 // ticker without holding the capability: hints (relaxed counters, the
 // inbox's head), confirmed by whoever takes the capability.
 bool free_with_work(Capability* c) {
+  // The backlog of stolen sparks counts: their makers wait in get(), and a
+  // safe call that released the capability defers its hand-off for it
+  // (has_work); unwatched, they waited for the whole call - for ever when
+  // the call waited for one of those makers.
   return c->hold.load(std::memory_order_seq_cst) == Hold::free &&
-         (c->run_queue.size() != 0 || c->inbox.nonempty_seq_cst() || c->sparks.size() != 0);
+         (c->run_queue.size() != 0 || c->inbox.nonempty_seq_cst() || c->sparks.size() != 0 ||
+          c->n_stolen_sparks.load() != 0);
 }
 
 }  // namespace

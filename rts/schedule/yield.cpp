@@ -9,6 +9,7 @@
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/switch.hpp"
+#include "sparks/pool.hpp"
 
 namespace capstan::rts {
 
@@ -112,6 +113,9 @@ void yield_current_because(SwitchWhy why) {
   }
   if (rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] check_killed(cur);
   raise_pending(cur, false);
+  // Note [A wanted spark does not wait behind its thief] (sparks/pool.cpp).
+  if (cap->n_stolen_sparks.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    start_wanted_sparks(cap);
   Thread* next = pick(cap);
   if (!next && !cap->bound_next) return;  // nothing else to run: keep going
   requeue_running(task, cap, cur, false);

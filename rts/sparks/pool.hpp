@@ -73,4 +73,9 @@ inline void start_spark_thread(Capability* cap, detail::spark_base* first) {
                        /*locked=*/false);
 }
 
+// start_wanted_sparks starts a spark thread, now, for each spark of cap's
+// backlog whose maker waits for it in get() (Note [A wanted spark does
+// not wait behind its thief], sparks/pool.cpp).  Owner only.
+void start_wanted_sparks(Capability* cap);
+
 }  // namespace capstan::rts

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capstan_test.hpp"
@@ -99,6 +100,58 @@ TEST_P(Sparks, AGetIsASafePointForTimeoutsAndKills) {
   EXPECT_TRUE(others_ran) << "a sleeping thread got no turn during the spark loop";
   EXPECT_EQ(killed_state, capstan::thread_state::died);
   EXPECT_LT(kill_took, seconds(2));
+}
+
+// A spark that keeps its thief busy until its maker has forced a later
+// spark: the thief's answer took the later ones too, into its backlog
+// (marked stolen, so get() waits for the thief), and they ran only after
+// the busy spark - which waited for them: a hang at every -N >= 2 (Note
+// [A wanted spark does not wait behind its thief], rts/sparks/pool.cpp).
+// `busy` says how s1 keeps its thread: yielding in a loop, or inside a
+// safe call, where the capability is released and its backlog must reach
+// a spare Task (free_with_work, runtime/ticker.cpp).  Each wait is cut
+// after 3 s so that a failure does not hang.
+void later_spark_forced_while_the_first_waits(const capstan::options& o, bool in_safe_call) {
+  std::atomic<bool> got_s2{false}, s1_started{false};
+  auto t0 = std::chrono::steady_clock::now();
+  auto cut = t0 + std::chrono::seconds(3);
+  int sum = capstan::run(o, [&] {
+    auto s1 = capstan::par([&] {
+      s1_started = true;
+      if (in_safe_call) {
+        capstan::safe_call([&] {
+          while (!got_s2.load() && std::chrono::steady_clock::now() < cut)
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        });
+      } else {
+        while (!got_s2.load() && std::chrono::steady_clock::now() < cut) capstan::yield();
+      }
+      return 1;
+    });
+    auto s2 = capstan::par([] { return 2; });
+    auto s3 = capstan::par([] { return 3; });
+    auto s4 = capstan::par([] { return 4; });
+    auto s5 = capstan::par([] { return 5; });
+    // Let a thief take s1 (none can at -N1).
+    while (o.capabilities > 1 && !s1_started.load() &&
+           std::chrono::steady_clock::now() < t0 + std::chrono::milliseconds(200))
+      capstan::yield();
+    int a = s5.get() + s4.get() + s3.get() + s2.get();
+    got_s2 = true;
+    return a + s1.get();
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(sum, 15);
+  EXPECT_LT(ms, 1500) << "the later sparks waited behind the first (cut after 3 s)";
+}
+
+TEST_P(Sparks, ALaterSparkIsNotHeldBehindAYieldingOneItsMakerWaitsFor) {
+  for (int i = 0; i < 5; ++i) later_spark_forced_while_the_first_waits(capstan_test::opts(caps()), false);
+}
+
+TEST_P(Sparks, ALaterSparkIsNotHeldBehindOneInASafeCallItsMakerWaitsFor) {
+  for (int i = 0; i < 5; ++i) later_spark_forced_while_the_first_waits(capstan_test::opts(caps()), true);
 }
 
 TEST_P(Sparks, VoidSparksAndOutOfOrderGets) {
