@@ -340,26 +340,55 @@ TEST_P(Deadlock, EveryVictimHearsOfItEvenIfAnotherReleasesItsLock) {
 // the ticker], with a watchdog - an outside OS thread, hence `force` -
 // that fills `never` after 5 s, so that a lost tick fails a test instead
 // of hanging it.
+// KnobSet sets a fault-injection knob (primitives/fault_injection.hpp)
+// while it lives.
+class KnobSet {
+ public:
+  KnobSet(std::atomic<int>& knob, int value) : knob_(knob) { knob_.store(value); }
+  ~KnobSet() { knob_.store(0); }
+
+ private:
+  std::atomic<int>& knob_;
+};
+
+// forced: the test options with deadlock detection forced on.
+options forced(unsigned caps) {
+  options o = capstan_test::opts(caps);
+  o.deadlock_detection = options::deadlock::force;
+  return o;
+}
+
+// PutGuard: an outside OS thread that fills `m` once `limit` has passed,
+// so that a deadlock the runtime misses fails a test instead of hanging
+// it.  It is an outside thread: tests that use it force detection.
+class PutGuard {
+ public:
+  PutGuard(mvar<int>& m, std::chrono::milliseconds limit)
+      : thread_([this, &m, limit] {
+          auto until = std::chrono::steady_clock::now() + limit;
+          while (!done_.load() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(1ms);
+          while (!done_.load() && !m.try_put(0)) std::this_thread::sleep_for(1ms);
+        }) {}
+  ~PutGuard() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 struct DelayedPark {
   options opts;
   mvar<int> never;
-  std::atomic<bool> done{false};
-  std::thread watchdog;
+  PutGuard guard{never, 5000ms};
   explicit DelayedPark(unsigned caps) : opts(capstan_test::opts(caps)) {
     opts.deadlock_detection = options::deadlock::force;
-    watchdog = std::thread([this] {
-      auto until = std::chrono::steady_clock::now() + 5s;
-      while (!done.load() && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(1ms);
-      while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
-    });
     capstan::rts::fault_injection::ticker_park_delay_us.store(100'000);
   }
-  ~DelayedPark() {
-    capstan::rts::fault_injection::ticker_park_delay_us.store(0);
-    done.store(true);
-    watchdog.join();
-  }
+  ~DelayedPark() { capstan::rts::fault_injection::ticker_park_delay_us.store(0); }
 };
 
 // The last thread wakes from a sleep, runs and blocks for good while the
@@ -416,16 +445,9 @@ TEST_P(Deadlock, TwoDeadlocksInARowWhileTheTickerIsOnItsWayToPark) {
 TEST_P(Deadlock, FoundWhenTheLastThreadBlocksJustBeforeATick) {
   int missed = 0, trials = 0;
   for (int offset_us = -40; offset_us <= 160; offset_us += 10) {
-    options opts = capstan_test::opts(caps());
-    opts.deadlock_detection = options::deadlock::force;
+    options opts = forced(caps());
     mvar<int> never;
-    std::atomic<bool> done{false};
-    std::thread guard([&] {
-      auto until = std::chrono::steady_clock::now() + 1s;
-      while (!done.load() && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(1ms);
-      while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
-    });
+    PutGuard guard(never, 1000ms);
     bool raised = false;
     run(opts, [&] {
       sleep_for(12ms);  // a tick sees every capability idle
@@ -439,8 +461,6 @@ TEST_P(Deadlock, FoundWhenTheLastThreadBlocksJustBeforeATick) {
         raised = true;
       }
     });
-    done.store(true);
-    guard.join();
     ++trials;
     if (!raised) ++missed;
   }
@@ -456,16 +476,9 @@ TEST_P(Deadlock, FoundWhenTheLastThreadBlocksJustBeforeATick) {
 // (ticker_judgement_changed), which then finds the deadlock (raised
 // whatever the mask).  A guard ends a missed one after 2 s.
 TEST_P(Deadlock, FoundWhenATimeoutEndsOnAnUninterruptibleWait) {
-  options opts = capstan_test::opts(caps());
-  opts.deadlock_detection = options::deadlock::force;
+  options opts = forced(caps());
   mvar<int> never;
-  std::atomic<bool> done{false};
-  std::thread guard([&] {
-    auto until = std::chrono::steady_clock::now() + 2s;
-    while (!done.load() && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(1ms);
-    while (!done.load() && !never.try_put(0)) std::this_thread::sleep_for(1ms);
-  });
+  PutGuard guard(never, 2000ms);
   bool raised = false;
   auto t0 = std::chrono::steady_clock::now();
   run(opts, [&] {
@@ -477,8 +490,6 @@ TEST_P(Deadlock, FoundWhenATimeoutEndsOnAnUninterruptibleWait) {
   });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - t0).count();
-  done.store(true);
-  guard.join();
   EXPECT_TRUE(raised) << "the parked ticker never looked again after the time-out fired";
   EXPECT_LT(ms, 1500);
 }
@@ -504,12 +515,8 @@ TEST_P(Deadlock, NotWhileASleeperWillWakeUs) {
 // a readable pipe, and two that end as the IO thread first handles them:
 // close_fd, and a wait on a regular file (always ready).
 TEST_P(Deadlock, NotWhileTheIoThreadIsLateWithAWakeUp) {
-  struct Delay {
-    Delay() { capstan::rts::fault_injection::io_wake_delay_us.store(60'000); }
-    ~Delay() { capstan::rts::fault_injection::io_wake_delay_us.store(0); }
-  } delay;
-  options o = capstan_test::opts(caps());
-  o.deadlock_detection = options::deadlock::force;
+  KnobSet delay(capstan::rts::fault_injection::io_wake_delay_us, 60'000);
+  options o = forced(caps());
   int raised = 0, ended = 0;
   run(o, [&] {
     mvar<int> never;
@@ -549,12 +556,8 @@ TEST_P(Deadlock, NotWhileTheIoThreadIsLateWithAWakeUp) {
 // spark will put.  At -N1 the spark comes from the capability's own pool;
 // with more capabilities, an idle one may ask for it instead.
 TEST_P(Deadlock, NotWhileAnIdleCapabilityIsLateStartingASpark) {
-  struct Delay {
-    Delay() { capstan::rts::fault_injection::idle_spark_delay_us.store(60'000); }
-    ~Delay() { capstan::rts::fault_injection::idle_spark_delay_us.store(0); }
-  } delay;
-  options o = capstan_test::opts(caps());
-  o.deadlock_detection = options::deadlock::force;
+  KnobSet delay(capstan::rts::fault_injection::idle_spark_delay_us, 60'000);
+  options o = forced(caps());
   int raised = 0, got = 0;
   run(o, [&] {
     for (int i = 0; i < 3; ++i) {
