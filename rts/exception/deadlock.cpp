@@ -10,7 +10,7 @@
 // every capability is idle with an empty inbox), by the IO manager (a
 // sleep, fd wait or timer pending, a message on its way to it, or a
 // wake-up on its way back from it: io_queued, io_parked, and Note
-// [Wake-ups in flight] in io/io_manager.cpp), by a thread returning from
+// [Wake-ups in flight] in io/wake_ups.cpp), by a thread returning from
 // a safe call, by an in-call, or by an OS thread the runtime does not know
 // (a std::thread holding a reference to an mvar may try_put into it at any
 // time).  If none of them exists, the run can make no progress: every
@@ -82,13 +82,15 @@ std::uint64_t all_switches() {
 std::uint64_t g_shutdown_seen = 0;
 bool g_shutdown_suspected = false;
 
-// quiet: nothing runs and nothing is known that could wake a thread.
-// (During shutdown, main's wait for the others counts as blocked.)
-// g_unsettled: quiet_now's last `false` was for a transient state only.
-bool g_unsettled = false;
+// Quiet: what a look at the run found.  quiet: nothing runs and nothing
+// is known that could wake a thread (during shutdown, main's wait for the
+// others counts as blocked); busy: something runs or will wake one, and
+// only a capability leaving idle() can end that; unsettled: not quiet, but
+// for a state that can end without one (Note [Stopping the ticker] in
+// runtime/ticker.cpp).
+enum class Quiet { quiet, busy, unsettled };
 
-bool quiet_now() {
-  g_unsettled = false;
+Quiet quiet_now() {
   // Every capability asleep in idle(), or free with nothing queued and no
   // sparks (resting, schedule/idle.hpp): a Task that ran a bound or
   // in-call thread leaves its capability free when the thread finishes,
@@ -97,31 +99,26 @@ bool quiet_now() {
   // thread, or its giver switches before the next tick.)  See Note [Idle
   // is not asleep].
   for (Capability* c : rt.caps) {
-    if (c->inbox.nonempty_seq_cst()) return false;  // work queued
-    if (c->run_queue.size() != 0 || c->sparks.size() != 0) return false;
+    if (c->inbox.nonempty_seq_cst()) return Quiet::busy;  // work queued
+    if (c->run_queue.size() != 0 || c->sparks.size() != 0) return Quiet::busy;
     switch (c->hold.load(std::memory_order_seq_cst)) {
       case Hold::sleeping: break;
       case Hold::free:
-        if (!resting(c)) return false;
+        if (!resting(c)) return Quiet::busy;
         break;
-      case Hold::held:  // running, or idle and still looking
-        g_unsettled = c->idle.load(std::memory_order_relaxed);
-        return false;
+      case Hold::held:  // running, or idle and still looking (it may sleep without leaving)
+        return c->idle.load(std::memory_order_relaxed) ? Quiet::unsettled : Quiet::busy;
     }
   }
-  // queued first: Note [Messages in flight] in io/io_manager.cpp.
   std::size_t queued = io_queued();  // before io_parked: Note [Messages in flight]
-  if (io_parked() != 0) return false;  // its end wakes a thread through an inbox
+  if (io_parked() != 0) return Quiet::busy;  // its end wakes a thread through an inbox
   // A cancel drains, and an in-call (dump_threads) ends, without any
-  // capability leaving idle(): not a state to park on.
-  if (queued != 0 || process.incalls.load(std::memory_order_seq_cst) != 0) {
-    g_unsettled = true;
-    return false;
-  }
+  // capability leaving idle().
+  if (queued != 0 || process.incalls.load(std::memory_order_seq_cst) != 0) return Quiet::unsettled;
   std::lock_guard<std::mutex> g(rt.tasks_mu);
   for (auto& task : rt.tasks)
-    if (task->in_safe_call.load(std::memory_order_relaxed)) return false;
-  return true;
+    if (task->in_safe_call.load(std::memory_order_relaxed)) return Quiet::busy;
+  return Quiet::quiet;
 }
 
 // Note [Idle is not asleep]
@@ -309,8 +306,8 @@ unsigned break_deadlock() {
 
 namespace {
 // quiet: as quiet_now, outside shutdown (shutdown has its own check).
-bool quiet() {
-  if (rt.shutting_down.load(std::memory_order_acquire)) return false;
+Quiet quiet() {
+  if (rt.shutting_down.load(std::memory_order_acquire)) return Quiet::busy;
   return quiet_now();
 }
 }  // namespace
@@ -341,7 +338,7 @@ DeadlockTick deadlock_recheck() {
 }
 
 DeadlockTick shutdown_tick() {
-  if (rt.opts.deadlock_detection == options::deadlock::off || !quiet_now()) {
+  if (rt.opts.deadlock_detection == options::deadlock::off || quiet_now() != Quiet::quiet) {
     g_shutdown_suspected = false;
     return DeadlockTick::none;
   }
@@ -354,9 +351,9 @@ DeadlockTick shutdown_tick() {
 
 DeadlockTick deadlock_tick() {
   if (rt.opts.deadlock_detection == options::deadlock::off) return DeadlockTick::none;
-  if (!quiet()) {
+  if (Quiet q = quiet(); q != Quiet::quiet) {
     g_suspected = false;
-    return g_unsettled ? DeadlockTick::unsettled : DeadlockTick::none;
+    return q == Quiet::unsettled ? DeadlockTick::unsettled : DeadlockTick::none;
   }
   if (!confirmed(g_suspected, g_seen_switches)) return DeadlockTick::suspected;
   if (rt.opts.deadlock_detection == options::deadlock::on && outside_threads() != 0) {
