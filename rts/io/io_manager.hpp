@@ -96,13 +96,13 @@ void io_shutdown() noexcept;
 
 // io_parked is the number of sleeps, mvar time-outs and fd waits the IO
 // thread has registered and whose threads it has not yet woken or seen
-// cancel (Note [Wake-ups in flight] in io/io_manager.cpp), and of close_fd calls
+// cancel (Note [Wake-ups in flight] in io/wake_ups.cpp), and of close_fd calls
 // waiting for a lingering socket's close (io/closer.hpp): a test waits on
 // it to know that a thread is parked in the IO manager.
 std::size_t io_parked() noexcept;
 
 // io_queued is the number of messages pushed to the IO thread and not yet
-// handled (Note [Messages in flight] in io/io_manager.cpp): read it before
+// handled (Note [Messages in flight] in io/wake_ups.cpp): read it before
 // io_parked, and a request is in one count or the other.
 std::size_t io_queued() noexcept;
 

@@ -1,15 +1,17 @@
 // io_thread.hpp - the IO manager's internal structures, shared by its
-// files: io_manager.cpp (life cycle, the loop thread, the request queue,
-// completing requests), timers.cpp (the timer heap), fd_waits.cpp (poll
-// handles, fd waits, close and interrupt) and entry_points.cpp (the calls
-// that build and push requests).
+// files: io_manager.cpp (life cycle, the loop thread, the request queue),
+// wake_ups.cpp (completing requests, waking their threads, the parked
+// count), timers.cpp (the timer heap), fd_waits.cpp (poll handles, fd
+// waits, close and interrupt) and entry_points.cpp (the calls that build
+// and push requests).
 //
 // A green thread that sleeps or waits for an fd allocates a Request, pushes
 // its `submit` message to the IO thread and parks on the Request's one-shot
 // mvar<int>; the IO thread owns everything else here and wakes the thread
 // with mvar::try_put.  The Notes are next to the code they describe:
 // io_manager.cpp (Note [One IO thread], [No lost wake-ups], [Requests are
-// shared], [Wake last], [Pushing from any thread]), timers.cpp (Note [Timer
+// shared], [Pushing from any thread]), wake_ups.cpp (Note [Wake last],
+// [Messages in flight], [Wake-ups in flight]), timers.cpp (Note [Timer
 // heap], [Cancelling a timer]), fd_waits.cpp (Note [fd registrations], [Interrupted fds]).
 #pragma once
 
@@ -129,7 +131,7 @@ class IoManager {
   // enter_gate/leave_gate (Note [Pushing from any thread]).
   void push(Msg* m) noexcept {
     // seq_cst: deadlock detection reads queued_ and then parked_ (Note
-    // [Messages in flight] in io_manager.cpp).
+    // [Messages in flight] in wake_ups.cpp).
     queued_.fetch_add(1, std::memory_order_seq_cst);
     if (queue_.push(m)) send_wakeup();
   }

@@ -61,7 +61,7 @@
 // then holds the memory the heap no longer does (200 MB after 5 M rounds
 // in timers_test before this was added).  So io_add_timeout waits,
 // yielding its OS thread, while more than kMaxQueued (16 k) messages are
-// in flight (queued_, Note [Messages in flight] in io_manager.cpp): a few
+// in flight (queued_, Note [Messages in flight] in wake_ups.cpp): a few
 // MB of requests wait at most.  The wait is bounded (kMaxThrottleNs, 2 ms)
 // because the starter may hold an mvar's lock (park_timed and
 // arm_timeouts register under it) that an expiry on the IO thread is

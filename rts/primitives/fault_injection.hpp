@@ -38,7 +38,7 @@ inline std::atomic<bool> refuse_os_threads{false};
 inline std::atomic<int> ticker_park_delay_us{0};
 // Not a countdown: microseconds the IO thread sleeps in flush_wakes before
 // it delivers the wake-ups a callback finished, widening the gap of Note
-// [Wake-ups in flight] (io/io_manager.cpp) for
+// [Wake-ups in flight] (io/wake_ups.cpp) for
 // tests/rts/exception/deadlock_test.cpp.  0, the default: one relaxed load
 // per flush that has something to wake.
 inline std::atomic<int> io_wake_delay_us{0};

@@ -11,7 +11,7 @@
 // detection forced (the busy threads are outside threads).  A detector
 // that sees a wait as over before its thread is back in an inbox raises
 // blocked_indefinitely in a thread whose timer has fired (Note [Wake-ups
-// in flight] in rts/io/io_manager.cpp); one that counts a capability still
+// in flight] in rts/io/wake_ups.cpp); one that counts a capability still
 // starting a spark as quiet raises it in the spark's maker (Note [Idle is
 // not asleep] in rts/exception/deadlock.cpp).
 #include <unistd.h>

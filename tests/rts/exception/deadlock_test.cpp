@@ -508,7 +508,7 @@ TEST_P(Deadlock, NotWhileASleeperWillWakeUs) {
 }
 
 // Not while the IO thread is late delivering a wake-up it has taken off its
-// heap (Note [Wake-ups in flight] in rts/io/io_manager.cpp): each delivery
+// heap (Note [Wake-ups in flight] in rts/io/wake_ups.cpp): each delivery
 // waits 60 ms, six ticks, after the timer or the readiness ended the wait,
 // with every capability idle.  Every kind of wait the IO thread ends:
 // sleep_for, take_for, timeout() around an untimed take, a timed chan read,

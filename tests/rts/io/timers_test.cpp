@@ -36,7 +36,7 @@ void settle() { sleep_for(1ms); }
 
 // parked_drains: io_parked() reaches 0.  The IO thread drops a request
 // from the count only after it has woken its thread (Note [Wake-ups in
-// flight] in rts/io/io_manager.cpp), so settle()'s own sleep may still be
+// flight] in rts/io/wake_ups.cpp), so settle()'s own sleep may still be
 // counted for a moment after it returns; a leaked request never leaves.
 bool parked_drains() {
   return capstan_test::green_wait_until([] { return io_parked() == 0; });
