@@ -162,6 +162,17 @@ bool try_sparks(Capability* cap, bool* asked) {
   return false;
 }
 
+// exit_and_wake_ticker adds `delta` to idle_word (an exit from idle(),
+// with or without one fewer idle capability) and wakes a parked ticker:
+// the capability's side of Note [Stopping the ticker], all seq_cst.
+void exit_and_wake_ticker(std::uint64_t delta) noexcept {
+  rt.idle_word.fetch_add(delta, std::memory_order_seq_cst);
+  if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
+    rt.ticker_parked.store(0, std::memory_order_seq_cst);
+    futex_wake(&rt.ticker_parked, 1);
+  }
+}
+
 }  // namespace
 
 void idle(Task* task, Capability* cap) {
@@ -268,28 +279,19 @@ void idle(Task* task, Capability* cap) {
     found = inbox_or_stop(cap);  // else spin again: woken for sparks, or spuriously
   }
   cap->idle.store(false, std::memory_order_relaxed);
-  // One fewer idle, one more exit, in one RMW (Runtime::idle_word).
-  rt.idle_word.fetch_add(Runtime::kIdleExit - 1, std::memory_order_seq_cst);
-  // Note [Stopping the ticker]: a busy capability needs the ticker back.
-  if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
-    rt.ticker_parked.store(0, std::memory_order_seq_cst);
-    futex_wake(&rt.ticker_parked, 1);
-  }
+  // One fewer idle, one more exit, in one RMW (Runtime::idle_word); Note
+  // [Stopping the ticker]: a busy capability needs the ticker back.
+  exit_and_wake_ticker(Runtime::kIdleExit - 1);
   cap->idle_ns.add(static_cast<std::uint64_t>(now_ns() - t0));
   if (rt.tracing) [[unlikely]]
     trace_idle(cap, false);
 }
 
 void ticker_judgement_changed() noexcept {
-  // As a capability leaving idle() (above), without the idle
-  // count: the exit half moves, so a ticker between its judgement and its
-  // park resumes; one already parked is woken.  seq_cst: the hand-shake of
-  // Note [Stopping the ticker].
-  rt.idle_word.fetch_add(Runtime::kIdleExit, std::memory_order_seq_cst);
-  if (rt.ticker_parked.load(std::memory_order_seq_cst)) {
-    rt.ticker_parked.store(0, std::memory_order_seq_cst);
-    futex_wake(&rt.ticker_parked, 1);
-  }
+  // As a capability leaving idle() (above), without the idle count: the
+  // exit half moves, so a ticker between its judgement and its park
+  // resumes; one already parked is woken.
+  exit_and_wake_ticker(Runtime::kIdleExit);
 }
 
 }  // namespace capstan::rts
