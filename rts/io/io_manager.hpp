@@ -98,7 +98,9 @@ void io_shutdown() noexcept;
 // thread has registered and whose threads it has not yet woken or seen
 // cancel (Note [Wake-ups in flight] in io/wake_ups.cpp), and of close_fd calls
 // waiting for a lingering socket's close (io/closer.hpp): a test waits on
-// it to know that a thread is parked in the IO manager.
+// it to know that a thread is parked in the IO manager.  A woken thread's
+// request may still be counted for a moment after the thread runs again,
+// so such a test starts from a drained count (tests/parked.hpp).
 std::size_t io_parked() noexcept;
 
 // io_queued is the number of messages pushed to the IO thread and not yet

@@ -1,8 +1,8 @@
 // net_test.cpp - capstan::net: listen/accept/connect, read/write_all, EOF,
 // close under a blocked thread, errors, the echo round-trip with 1,000
 // concurrent client connections, and accept surviving a lack of fds.
-// Threads known to be parked are waited for with rts::io_parked(), never
-// with a sleep.
+// Threads known to be parked are waited for with rts::io_parked()
+// (tests/parked.hpp), never with a sleep.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -27,11 +27,14 @@
 
 #include "capstan_test.hpp"
 #include "io/io_manager.hpp"
+#include "parked.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using capstan_test::kScale;
+using capstan_test::parked_drains;
+using capstan_test::wait_parked;
 using capstan_test::WithCaps;
 using clk = std::chrono::steady_clock;
 
@@ -48,10 +51,6 @@ bool wait_for(P pred) {
   return true;
 }
 
-// wait_parked: until at least n requests are parked in the IO manager.
-bool wait_parked(std::size_t n) {
-  return wait_for([n] { return capstan::rts::io_parked() >= n; });
-}
 
 // echo_server: accepts until the listener is closed, one thread per
 // connection echoing until EOF.  Signals `stopped` when accept ends.
@@ -97,6 +96,9 @@ Pair connected_pair(capstan::net::listener& l) {
   });
   p.client = capstan::net::connect("127.0.0.1", l.port());
   accepted.take();
+  // The connect's and the accept's wake-ups may still be counted: a caller
+  // that waits for its own threads to park starts from zero (parked.hpp).
+  EXPECT_TRUE(parked_drains());
   return p;
 }
 
@@ -285,8 +287,10 @@ TEST_P(Net, LargeWritesParkUntilThePeerReads) {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     const std::size_t size = 8 << 20;  // far beyond the socket buffers
     capstan::mvar<std::size_t> received;
+    capstan::mvar<int> drained;
     capstan::fork_io([&] {
       auto c = l.accept();
+      drained.take();  // the connect's and our accept's wake-ups are gone (parked.hpp)
       EXPECT_TRUE(wait_parked(1));  // the writer fills the buffers and parks
       std::vector<char> buf(65536);
       std::size_t total = 0, sum = 0;
@@ -303,6 +307,8 @@ TEST_P(Net, LargeWritesParkUntilThePeerReads) {
       sum += static_cast<unsigned char>(data[i]);
     }
     auto c = capstan::net::connect("127.0.0.1", l.port());
+    EXPECT_TRUE(parked_drains());
+    drained.put(1);
     c.write_all(data.data(), data.size());
     c.close();
     EXPECT_EQ(received.take(), sum);
@@ -375,7 +381,9 @@ TEST_P(Net, CloseWakesAThreadBlockedInRead) {
     } catch (const std::system_error& e) {
       EXPECT_EQ(e.code().value(), EBADF);
     }
-    // Closing under accept works the same way.
+    // Closing under accept works the same way.  The reader's wake-up may
+    // still be counted (parked.hpp).
+    ASSERT_TRUE(parked_drains());
     capstan::fork_io([&] {
       try {
         l.accept();
@@ -790,7 +798,7 @@ TEST_P(Net, AUserWaitOnAPlainClosedConnectionsReusedNumberIsOnTheNewFile) {
       char b;
       got.put(static_cast<int>(p.client.read(&b, 1)));
     });
-    ASSERT_TRUE(capstan_test::green_wait_until([] { return capstan::rts::io_parked() >= 1; }));
+    ASSERT_TRUE(wait_parked(1));  // the reader
     p.server.write_all("x", 1);
     EXPECT_EQ(got.take(), 1);  // net's entry for the number stays, stopped
     int n = p.client.fd();

@@ -2,8 +2,8 @@
 // sleeping, fd waits, close_fd, shutdown with parked threads, usage errors;
 // and its life cycle through rts/io/io_manager.hpp: a start that fails at
 // any step, any-thread closes racing shutdown, closes without allocation.
-// A thread known to be parked is waited for with io_parked(), never with a
-// sleep.  Bounds on time: a sleep must never end early (strict), and must
+// A thread known to be parked is waited for with io_parked()
+// (tests/parked.hpp), never with a sleep.  Bounds on time: a sleep must never end early (strict), and must
 // not be absurdly late (generous: a shared, loaded machine).
 #include <dirent.h>
 #include <fcntl.h>
@@ -27,22 +27,20 @@
 
 #include "capstan_test.hpp"
 #include "io/io_manager.hpp"
+#include "parked.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using capstan_test::kScale;
+using capstan_test::parked_drains;
+using capstan_test::wait_parked;
 using capstan_test::WithCaps;
 using clk = std::chrono::steady_clock;
 
 constexpr auto kLate = 5s;  // "not absurdly late", even on a loaded machine
 constexpr auto kDeadline = capstan_test::kWaitGuard;  // failure guard for conditions waited on
 
-// wait_parked yields until the IO manager holds n parked requests (sleeps,
-// fd waits); false if that did not happen within the failure guard.
-bool wait_parked(std::size_t n) {
-  return capstan_test::green_wait_until([n] { return capstan::rts::io_parked() == n; });
-}
 
 struct Pipe {
   int r = -1, w = -1;
@@ -222,13 +220,14 @@ TEST_P(IoManager, ReadersAndWritersShareOneFd) {
         done.put(1);
       });
     }
+    ASSERT_TRUE(wait_parked(3));  // the three readers
     capstan::fork_io([&] {  // a writer on the same fd: ready at once
       capstan::wait_writable(sv[0]);
       done.put(2);
     });
     EXPECT_EQ(done.take(), 2);
-    ASSERT_TRUE(wait_parked(3));  // the three readers
     EXPECT_EQ(readers_woken.load(), 0);
+    ASSERT_TRUE(wait_parked(3));  // still parked; the writer's count, if any, is gone
     ASSERT_EQ(::write(sv[1], "y", 1), 1);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(done.take(), 1);
     EXPECT_EQ(readers_woken.load(), 3);

@@ -22,6 +22,7 @@
 #include "capstan/capstan.hpp"
 #include "capstan_test.hpp"
 #include "io/io_manager.hpp"
+#include "parked.hpp"
 
 namespace {
 
@@ -30,17 +31,11 @@ using namespace std::chrono_literals;
 using capstan::rts::io_parked;
 using capstan::rts::io_timers;
 using capstan_test::kScale;
+using capstan_test::parked_drains;
 using capstan_test::WithCaps;
 
 void settle() { sleep_for(1ms); }
 
-// parked_drains: io_parked() reaches 0.  The IO thread drops a request
-// from the count only after it has woken its thread (Note [Wake-ups in
-// flight] in rts/io/wake_ups.cpp), so settle()'s own sleep may still be
-// counted for a moment after it returns; a leaked request never leaves.
-bool parked_drains() {
-  return capstan_test::green_wait_until([] { return io_parked() == 0; });
-}
 
 // resident_bytes: the process's resident set, from /proc/self/statm.
 long resident_bytes() {
