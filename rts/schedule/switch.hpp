@@ -89,7 +89,7 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
   // See sanitizer.hpp: no redzone left by the stack's or the address's past.
   if (rt.sanitizers && san::asan() && &__asan_unpoison_memory_region != nullptr) [[unlikely]]
     __asan_unpoison_memory_region(t->stack_lo, rt.arena.size());
-  t->sp = capstan_make_context(t->stack_lo, rt.arena.size(), &thread_entry);
+  t->sp = capstan_make_context(t->stack_lo, rt.arena.start_size(t->stack_lo), &thread_entry);  // Note [Stack colouring]
   if (rt.sanitizers && san::tsan()) t->tsan_fiber = __tsan_create_fiber(0);
   cap->stacks_allocated.add();
 }

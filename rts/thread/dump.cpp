@@ -161,7 +161,7 @@ std::string describe(const Thread* t, const Where& w, std::int64_t now, std::int
   void* lo = snap(t->stack_lo);
   bool parked = run == w.running_on.end() && call == w.in_call.end() && state != ThreadState::running;
   if (sp && lo && parked) {
-    auto hi = static_cast<char*>(lo) + rt.arena.size();
+    auto hi = static_cast<char*>(lo) + rt.arena.start_size(lo);  // Note [Stack colouring]
     auto used = static_cast<std::size_t>(hi - static_cast<char*>(sp));
     if (used <= rt.arena.size())
       line += fmt::format(", stack {} of {}", bytes_text(used), bytes_text(rt.arena.size()));

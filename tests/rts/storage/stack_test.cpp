@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -39,6 +40,36 @@ TEST(StackArena, CarvesDistinctNonOverlappingStacksFromFewMappings) {
   EXPECT_LE(arena.mappings(), 1000 / StackArena::kSlabStacks + 1);
   EXPECT_EQ(arena.reserved_stacks(), 1000u);
   arena.release_all();
+}
+
+// Note [Stack colouring]: the tops threads start from fall at many
+// different offsets within a page (so in different cache sets), each a
+// whole number of lines below the stack's top and never more than a 16th
+// of it; and a stack keeps its colour.
+TEST(StackArena, ThreadsStartAtColouredTopsSpreadOverThePage) {
+  for (std::size_t size : {std::size_t{16 * 1024}, std::size_t{256 * 1024}}) {
+    SCOPED_TRACE(size);
+    StackArena arena;
+    arena.configure(size);
+    const std::size_t colours = size == 16 * 1024 ? 16 : 64;
+    std::set<std::size_t> offsets;
+    for (int i = 0; i < 512; ++i) {
+      auto* lo = static_cast<char*>(arena.allocate());
+      ASSERT_NE(lo, nullptr);
+      std::size_t start = arena.start_size(lo);
+      EXPECT_EQ(start, arena.start_size(lo));  // a property of the stack
+      ASSERT_LE(start, size);
+      std::size_t colour = size - start;
+      EXPECT_EQ(colour % StackArena::kColourBytes, 0u) << colour;
+      EXPECT_LT(colour, size / 16) << colour;
+      offsets.insert(reinterpret_cast<std::uintptr_t>(lo + start) % 4096);
+    }
+    // Uncoloured, every top is at offset 0.  512 stacks over `colours`
+    // colours: each colour is all but certain to be hit (a hash, not a
+    // random draw, so this is the same on every run).
+    EXPECT_GE(offsets.size(), colours * 3 / 4) << "of " << colours;
+    arena.release_all();
+  }
 }
 
 TEST(StackArena, ReservingCostsNoMemoryUntilTouched) {
