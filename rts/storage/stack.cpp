@@ -57,30 +57,35 @@ bool kernel_cannot_read(const void* page) {
 // without help every thread's first frames - the context a switch saves
 // and restores, the frames of the loop that blocks - sit at the same
 // offset within a page, and the same few lines of each stack are the hot
-// ones.  Caches pick a set by the address bits just above the line
-// offset: the L1 by bits 6-11, which are then the same for every stack,
-// and the L2 by a few more, which the 65-page stride varies over a
-// handful of values only.  So a program switching among many threads
-// (ring: 503 threads passing a token) kept its hot lines in a few dozen
-// sets of caches with thousands, and missed all the way to the L3 on each
-// hop.  Each stack therefore gets a colour: its thread starts that many
-// cache lines below the top (start_size), 0 to 63 lines picked by a hash of
-// the stack's address, so that the hot lines of different stacks fall in
-// different sets, as a memory allocator colours its slabs.  It costs up to
-// 4032 bytes of each stack's top, never more than a 16th of a stack (16
-// colours for the smallest, 16 KiB).  Measured, A/B at -N1, medians of 5:
-// `ring` 54.2 -> 33.7 ns per hop, `threads003` 30.9 -> 17.9, `pingpong`
-// (two threads) 33.9 -> 33.6 (docs/stacks.md).  The colour is a property
-// of the stack, not the thread: a stack reused from the pool keeps its
-// colour, so its resident lines stay where they were.  Rejected: a random
-// colour per thread (the same spread, but a reused stack's warm lines
-// would move), and strides that are not a whole number of pages (the
-// guard page and MADV_DONTNEED work in pages).
+// ones.  A cache picks a line's set by the address bits just above the
+// line offset: bits 6-11 in the L1, a few more in the L2, and the 65-page
+// stride varies those few over a handful of values only.  So a program
+// switching among many threads (ring: 503 threads passing a token) kept
+// its hot lines in a few dozen of the L2's sets and missed to the L3 on
+// each hop.  (No layout makes 503 threads' lines fit in the L1.)  Each
+// stack therefore has a colour: its thread starts that many cache lines
+// below the top (start_size), 0 to 15 lines picked by a hash of the
+// stack's address, so that the hot lines of different stacks fall in
+// sixteen times as many sets, as a memory allocator colours its slabs.
+// Measured, A/B at -N1, medians of 7: `ring` 55.9 -> 34.7 ns per hop,
+// `threads003` 29.8 -> 17.9, `pingpong` (two threads) unchanged,
+// `threads001` 59.3 -> 60.1 (the hash, on each new thread's first run;
+// docs/stacks.md).  Sixteen colours, not a page's sixty-four: with
+// colours up to 4032 bytes a thread's first frames crossed into a second
+// page of its stack about half the time, and every fresh stack paid a
+// second page fault - `threads007` and `shutdown` (20,000 and 100,000
+// parked threads) 29 % and 30 % slower, `killblocked` 19 % - for no more
+// gain on `ring`.  With at most 960 bytes (a 16th of the smallest stack,
+// 16 KiB) they were level.  The colour is a property of the stack, not the
+// thread: a stack reused from the pool keeps it, so its resident lines
+// stay where they were.  Rejected: a random colour per thread (the same
+// spread, but a reused stack's warm lines would move), and strides that
+// are not a whole number of pages (guard pages and MADV_DONTNEED work in
+// pages).
 void StackArena::configure(std::size_t usable_size) {
   page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   usable_ = (usable_size + page_ - 1) / page_ * page_;
   stride_ = usable_ + page_;
-  colours_ = std::clamp<std::size_t>(usable_ / 16 / kColourBytes, 1, kMaxColours);
 }
 
 // Note [Running out of stacks]

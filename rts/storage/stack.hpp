@@ -80,16 +80,16 @@ class StackArena {
 
   std::size_t size() const { return usable_; }
   // start_size is the part of the stack at lo that a thread starts in:
-  // size() less the stack's colour, a few cache lines left unused at its
-  // top (Note [Stack colouring] in stack.cpp).
+  // size() less the stack's colour, 0 to kColours - 1 cache lines left
+  // unused at its top (Note [Stack colouring] in stack.cpp).
   std::size_t start_size(const void* lo) const {
     // Fibonacci hashing of the page number: neighbouring stacks get
-    // unrelated colours.
+    // unrelated colours.  The top 4 bits: kColours is 16.
     auto h = (std::uint64_t{reinterpret_cast<std::uintptr_t>(lo)} >> 12) * 0x9E3779B97F4A7C15u;
-    return usable_ - (h >> 58) % colours_ * kColourBytes;
+    return usable_ - (h >> 60) * kColourBytes;
   }
   static constexpr std::size_t kColourBytes = 64;  // one cache line
-  static constexpr std::size_t kMaxColours = 64;   // a 4 KiB page of lines
+  static constexpr std::size_t kColours = 16;      // up to 960 bytes: see the Note
   GuardMode guard_mode() const { return guard_mode_; }
   std::uint64_t mappings() const { return mappings_; }
   std::uint64_t guarded() const { return guarded_; }
@@ -128,7 +128,6 @@ class StackArena {
   std::size_t usable_ = 0;     // bytes usable per stack (multiple of the page size)
   std::size_t stride_ = 0;     // usable_ + one guard page
   std::size_t page_ = 4096;
-  std::size_t colours_ = 1;    // distinct colours: Note [Stack colouring]
   GuardMode guard_mode_ = GuardMode::none;  // decided on the first slab
   bool guard_mode_known_ = false;
   char* slab_next_ = nullptr;  // next stride to carve (guarded by mu_)

@@ -44,14 +44,14 @@ TEST(StackArena, CarvesDistinctNonOverlappingStacksFromFewMappings) {
 
 // Note [Stack colouring]: the tops threads start from fall at many
 // different offsets within a page (so in different cache sets), each a
-// whole number of lines below the stack's top and never more than a 16th
-// of it; and a stack keeps its colour.
+// whole number of lines below the stack's top, under 1 KiB (a 16th of the
+// smallest stack); and a stack keeps its colour.
 TEST(StackArena, ThreadsStartAtColouredTopsSpreadOverThePage) {
   for (std::size_t size : {std::size_t{16 * 1024}, std::size_t{256 * 1024}}) {
     SCOPED_TRACE(size);
     StackArena arena;
     arena.configure(size);
-    const std::size_t colours = size == 16 * 1024 ? 16 : 64;
+    const std::size_t colours = StackArena::kColours;
     std::set<std::size_t> offsets;
     for (int i = 0; i < 512; ++i) {
       auto* lo = static_cast<char*>(arena.allocate());
@@ -61,7 +61,7 @@ TEST(StackArena, ThreadsStartAtColouredTopsSpreadOverThePage) {
       ASSERT_LE(start, size);
       std::size_t colour = size - start;
       EXPECT_EQ(colour % StackArena::kColourBytes, 0u) << colour;
-      EXPECT_LT(colour, size / 16) << colour;
+      EXPECT_LT(colour, std::size_t{1024}) << colour;
       offsets.insert(reinterpret_cast<std::uintptr_t>(lo + start) % 4096);
     }
     // Uncoloured, every top is at offset 0.  512 stacks over `colours`
