@@ -130,6 +130,14 @@ WAIT_WHAT = ["mvar", "chan read", "mutex lock", "shared_mutex lock", "condition_
 WAIT_OP = {0: "take", 1: "read", 2: "put"}
 
 
+def _start_top(lo, size):
+    """Where a thread on the stack at lo started: StackArena::start_size
+    (rts/storage/stack.hpp), the stack's colour below its top - the same
+    hash, so that the stack use shown here is the thread dump's."""
+    h = ((lo >> 12) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    return lo + size - (h >> 60) * 64
+
+
 def _ms(ns):
     if ns < 0:
         ns = 0
@@ -267,7 +275,7 @@ class View:
         sp = self.live_sp if self.live_sp is not None else self.sp
         if not self.lo or not sp:
             return "-"
-        return "%d/%d" % (self.hi - sp, self.stack_size)
+        return "%d/%d" % (_start_top(self.lo, self.stack_size) - sp, self.stack_size)
 
     def blocked(self):
         """What a blocked thread waits on, in the words of the thread dump

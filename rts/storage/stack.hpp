@@ -84,7 +84,8 @@ class StackArena {
   // unused at its top (Note [Stack colouring] in stack.cpp).
   std::size_t start_size(const void* lo) const {
     // Fibonacci hashing of the page number: neighbouring stacks get
-    // unrelated colours.  The top 4 bits: kColours is 16.
+    // unrelated colours.  The top 4 bits: kColours is 16.  (gdb's
+    // _start_top in gdb/capstan_gdb.py computes the same.)
     auto h = (std::uint64_t{reinterpret_cast<std::uintptr_t>(lo)} >> 12) * 0x9E3779B97F4A7C15u;
     return usable_ - (h >> 60) * kColourBytes;
   }
