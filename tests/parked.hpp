@@ -1,15 +1,14 @@
 // parked.hpp - waiting, in a test, for green threads to park in the IO
 // manager (rts::io_parked), from a green thread.
 //
-// The count of a request drops only after the IO thread has handed its
-// thread back (Note [Wake-ups in flight] in rts/io/wake_ups.cpp), and it
-// hands back a whole batch before it drops their counts: a thread that has
-// just returned from an IO wait - connect, accept, a sleep - and the
-// threads it then wakes or forks may still see that request counted for a
-// moment.  So "n requests are parked" proves that n new threads have parked
-// only if the count was known to hold none of the old ones: a test that
-// did IO waits before it forks the threads it will wait for calls
-// parked_drains() first.  (Without it, CloseWakesAThreadBlockedInRead in
+// The count of a request drops only just after the IO thread has handed
+// its thread back (Note [Wake-ups in flight] in rts/io/wake_ups.cpp): a
+// thread that has just returned from an IO wait - connect, accept, a
+// sleep - and the threads it then wakes or forks may still see that
+// request counted for a moment.  So "n requests are parked" proves that
+// n new threads have parked only if the count was known to hold none of
+// the old ones: a test that did IO waits before it forks the threads it
+// will wait for calls parked_drains() first.  (Without it, CloseWakesAThreadBlockedInRead in
 // tests/lib/net_test.cpp saw its connect's stale count as the reader's
 // park, closed the connection before the reader had started its read, and
 // the reader died of EBADF instead of being woken.)

@@ -33,7 +33,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using capstan_test::kScale;
-using capstan_test::parked_drains;
 using capstan_test::wait_parked;
 using capstan_test::WithCaps;
 using clk = std::chrono::steady_clock;
