@@ -48,6 +48,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -61,6 +62,7 @@
 #include "thread/dump.hpp"
 #include "schedule/idle.hpp"
 #include "io/io_manager.hpp"
+#include "primitives/fault_injection.hpp"
 #include "runtime/runtime.hpp"
 #include "schedule/raise.hpp"
 
@@ -298,7 +300,16 @@ unsigned break_deadlock() {
   for (const Thrower& th : throwers)
     if (!alone.count(th.thread)) raise(th.thread);
   auto n = static_cast<unsigned>(raised.size());
+  // Counted before anyone is woken: a victim that reads statistics() once
+  // it has caught blocked_indefinitely must find this deadlock counted
+  // (the wake-up's push to an inbox orders the add before the victim's
+  // read).  Counted after the wake-ups, the ticker preempted between the
+  // two under load let main see deadlocks_detected == 0
+  // (Deadlock.EveryBlockedThreadIsWoken/N2, under ThreadSanitizer).
+  if (n != 0) rt.deadlocks_detected.add();
   woken.wake_all();
+  if (int us = fault_injection::deadlock_wake_delay_us.load(std::memory_order_relaxed)) [[unlikely]]
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
   return n;
 }
 
@@ -361,7 +372,6 @@ DeadlockTick deadlock_tick() {
     return DeadlockTick::stood_down;
   }
   if (break_deadlock() == 0) return DeadlockTick::none;  // all blocked while unwinding
-  rt.deadlocks_detected.add();
   return DeadlockTick::broken;
 }
 

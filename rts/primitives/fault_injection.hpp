@@ -48,6 +48,12 @@ inline std::atomic<int> io_wake_delay_us{0};
 // tests/rts/exception/deadlock_test.cpp).  0, the default: one relaxed
 // load per spark an idle capability takes.
 inline std::atomic<int> idle_spark_delay_us{0};
+// Not a countdown: microseconds the ticker sleeps after break_deadlock has
+// woken the deadlock's victims, as if preempted there: anything counted
+// after the wake-ups would still be missing when a victim reads
+// statistics() (tests/rts/exception/deadlock_test.cpp).  0, the default:
+// one relaxed load per deadlock broken.
+inline std::atomic<int> deadlock_wake_delay_us{0};
 
 // should_fail counts one attempt against `knob`: true if it must fail.
 inline bool should_fail(std::atomic<int>& knob) noexcept {

@@ -358,6 +358,25 @@ options forced(unsigned caps) {
   return o;
 }
 
+// A deadlock is counted before its victims are woken: main, woken with
+// blocked_indefinitely while the ticker is held up just after the
+// wake-ups (a fault-injection knob, as a preempted ticker), finds it in
+// statistics() at once.  Counted after the wake-ups, it read 0 here
+// (EveryBlockedThreadIsWoken failed so under ThreadSanitizer at -N2).
+TEST_P(Deadlock, CountedBeforeItsVictimsAreWoken) {
+  KnobSet delay(capstan::rts::fault_injection::deadlock_wake_delay_us, 100'000);
+  run([] {
+    bool caught = false;
+    try {
+      mvar<int>().take();
+    } catch (const blocked_indefinitely&) {
+      caught = true;
+    }
+    EXPECT_TRUE(caught);
+    EXPECT_EQ(statistics().deadlocks_detected, 1u);
+  });
+}
+
 // PutGuard: an outside OS thread that fills `m` once `limit` has passed,
 // so that a deadlock the runtime misses fails a test instead of hanging
 // it.  It is an outside thread: tests that use it force detection.
