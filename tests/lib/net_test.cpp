@@ -586,8 +586,12 @@ TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) 
     capstan::mvar<int> accepted;
     capstan::thread_id acceptor = capstan::fork_io([&] {
       auto c = capstan::timeout(30ms, [&] { return l.accept(); });
-      accepted.put(c ? 1 : 0);
+      // Written before main hears of it: main's recv below blocks the only
+      // capability, so a write after the put waited for main's 2 s limit
+      // whenever the put's safe point let main run first (seen under
+      // AddressSanitizer).
       if (c) c->write_all("A", 1);
+      accepted.put(c ? 1 : 0);
     });
     // The acceptor parks.  Waited for by its state, not a 5 ms sleep: the
     // client must arrive within the 30 ms deadline, and a sleep that ended
