@@ -470,10 +470,16 @@ TEST_P(InterruptedWaits, ShutdownWhileWaitingOnEverything) {
       x.tm.lock();
       (void)x.tm.try_lock_for(3600s);
     });
+    std::atomic<bool> sm_held{false};
     spawn([&] {
       x.sm.lock();
+      sm_held = true;
       capstan::sleep_for(3600s);
     });
+    // Before the shared locker: at -N2 and up it could run first on
+    // another capability, take the lock shared and finish, never blocked
+    // (seen under ThreadSanitizer at -N4).
+    ASSERT_TRUE(green_wait_until([&] { return sm_held.load(); }));
     spawn([&] { x.sm.lock_shared(); });
     spawn([&] { x.sm.lock(); });
     spawn([&] { x.sem.acquire(); });
