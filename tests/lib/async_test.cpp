@@ -360,16 +360,18 @@ TEST_P(Async, KilledWaiterCancelsItsChildren) {
 // shutdown kills them all, the scopes' cancels unwind their children, and
 // the run ends cleanly (the fixture checks nothing was abandoned).
 TEST_P(Async, ShutdownWithScopesBlocked) {
-  std::atomic<int> unwound{0};
+  std::atomic<int> unwound{0}, started{0};
   run([&] {
     static mvar<int> never;  // outlives the forked threads
     for (int i = 0; i < 4; ++i)
       fork_io([&] {
-        async a([&] { count_on_exit e{&unwound}; never.take(); });
-        race([&] { count_on_exit e{&unwound}; never.take(); },
-             [&] { count_on_exit e{&unwound}; sleep_for(1h); });
+        async a([&] { ++started; count_on_exit e{&unwound}; never.take(); });
+        race([&] { ++started; count_on_exit e{&unwound}; never.take(); },
+             [&] { ++started; count_on_exit e{&unwound}; sleep_for(1h); });
       });
-    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 8; }));
+    // Every body started: a sleeper not yet run when main returns would be
+    // reclaimed unstarted, with nothing to unwind.
+    ASSERT_TRUE(green_wait_until([&] { return never.waiting() == 8 && started.load() == 12; }));
   });
   EXPECT_EQ(unwound.load(), 12);
 }
