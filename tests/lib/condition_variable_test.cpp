@@ -168,12 +168,18 @@ void notify_racing_a_time_out(int rounds, MakeLock lock) {
       w_result.put(cv.wait_for(lk, std::chrono::microseconds(200)));
     });
     ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(w) != capstan::thread_state::running; }));
+    std::atomic<bool> v_in{false};
     capstan::thread_id v = capstan::fork_io([&] {
       auto lk = lock(m);
+      v_in = true;  // holds m until the wait queues it
       cv.wait(lk);
       v_woke = true;
     });
-    ASSERT_TRUE(green_wait_until([&] { return capstan::state_of(v) == capstan::thread_state::blocked; }));
+    // Queued on the cv, not blocked in lock(m) behind W re-taking it after
+    // its time-out (a notify would then find the queue empty).
+    ASSERT_TRUE(green_wait_until([&] {
+      return v_in.load() && capstan::state_of(v) == capstan::thread_state::blocked;
+    }));
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 400);
     while (std::chrono::steady_clock::now() < until) capstan::yield();
     cv.notify_one();
