@@ -157,6 +157,9 @@ TEST_P(Mask, UninterruptibleMaskDefersPastABlockingCall) {
     EXPECT_EQ(state_of(t), thread_state::blocked) << "an uninterruptible wait was interrupted";
     box.put(9);
     ASSERT_TRUE(green_wait_until([&] { return state_of(thrower) == thread_state::finished; }));
+    // The throw returns once raised in t; t's handler may still be
+    // running on another capability.
+    ASSERT_TRUE(green_wait_until([&] { return state_of(t) == thread_state::finished; }));
     EXPECT_TRUE(caught_after.load());
   });
 }
