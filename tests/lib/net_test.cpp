@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -580,12 +581,28 @@ TEST_P(Net, CloseFdOnASocketsFdIsAUsageError) {
 // time-out, and the bytes were gone.  The same for accept: the connection
 // taken off the backlog is returned, not dropped with its fd left open.
 TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) {
-  capstan::run(capstan_test::opts(1), [] {
+  // The deadline is generous and main holds the capability (in the OS)
+  // until well past it: with 30 ms, main descheduled that long between
+  // seeing the acceptor park and connecting let the time-out fire with
+  // nothing queued.  The deadline's start is recorded by the thread that
+  // starts it.
+  constexpr auto kTimeLimit = 300ms;
+  std::atomic<std::int64_t> started_ns{0};
+  auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now().time_since_epoch())
+        .count();
+  };
+  auto hold_until_past_the_deadline = [&] {
+    auto due = clk::time_point(std::chrono::nanoseconds(started_ns.load())) + kTimeLimit + 60ms;
+    std::this_thread::sleep_until(due);  // the deadline passes while main holds the capability
+  };
+  capstan::run(capstan_test::opts(1), [&] {
     auto l = capstan::net::listener::listen("127.0.0.1", 0);
     // accept under a time-out, woken by a client, its deadline passed before it runs
     capstan::mvar<int> accepted;
     capstan::thread_id acceptor = capstan::fork_io([&] {
-      auto c = capstan::timeout(30ms, [&] { return l.accept(); });
+      started_ns = now_ns();
+      auto c = capstan::timeout(kTimeLimit, [&] { return l.accept(); });
       // Written before main hears of it: main's recv below blocks the only
       // capability, so a write after the put waited for main's 2 s limit
       // whenever the put's safe point let main run first (seen under
@@ -593,15 +610,13 @@ TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) 
       if (c) c->write_all("A", 1);
       accepted.put(c ? 1 : 0);
     });
-    // The acceptor parks.  Waited for by its state, not a 5 ms sleep: the
-    // client must arrive within the 30 ms deadline, and a sleep that ended
-    // 25 ms late on a loaded machine let the time-out fire first.
+    // The acceptor parks.  Waited for by its state, not a sleep.
     ASSERT_TRUE(capstan_test::green_wait_until([&] { return capstan::state_of(acceptor) == capstan::thread_state::blocked; }));
     int client = raw_connect(l.port());
     ASSERT_GE(client, 0);
     timeval limit{2, 0};  // a dropped connection never answers: fail, do not hang
     ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    std::this_thread::sleep_for(60ms);  // the deadline passes while main holds the capability
+    hold_until_past_the_deadline();
     int was_accepted = accepted.take();
     EXPECT_EQ(was_accepted, 1) << "the accepted connection was dropped";
     char a = 0;
@@ -617,13 +632,14 @@ TEST(NetSafePoints, ATimeoutDueAsTheDataArrivesLosesNeitherBytesNorConnections) 
     capstan::mvar<std::string> got;
     capstan::thread_id reader = capstan::fork_io([&] {
       char buf[16];
-      auto n = capstan::timeout(30ms, [&] { return c.read(buf, sizeof buf); });
+      started_ns = now_ns();
+      auto n = capstan::timeout(kTimeLimit, [&] { return c.read(buf, sizeof buf); });
       got.put(n ? std::string(buf, *n) : std::string("timed out"));
     });
     // The reader parks (by its state, as above).
     ASSERT_TRUE(capstan_test::green_wait_until([&] { return capstan::state_of(reader) == capstan::thread_state::blocked; }));
     srv.write_all("first", 5);
-    std::this_thread::sleep_for(60ms);
+    hold_until_past_the_deadline();
     EXPECT_EQ(got.take(), "first");
     ::close(client);
     l.close();
