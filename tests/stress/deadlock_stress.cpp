@@ -109,7 +109,11 @@ TEST_P(DeadlockStress, NeverFiresWhileAWakeUpIsOnItsWay) {
   for (auto& h : hogs) h.join();
   EXPECT_EQ(false_alarms.load(), 0);
   EXPECT_EQ(finished.load(), static_cast<int>(kThreads));
-  EXPECT_GT(waits.load(), 100);
+  // That the loops ran at all: a floor, not a rate.  Under ThreadSanitizer
+  // with the three hogs on two cores a run managed 96 waits at -N2 (a
+  // hundred or more was asked, and failed); a quiet release run does
+  // thousands.
+  EXPECT_GE(waits.load(), static_cast<int>(10 * kThreads));
 }
 
 }  // namespace
