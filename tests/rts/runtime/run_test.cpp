@@ -95,8 +95,9 @@ TEST_P(Run, StatisticsCountWhatHappened) {
     capstan::mvar<int> done;
     for (int i = 0; i < 10; ++i) capstan::fork_io([&] { done.put(1); });
     for (int i = 0; i < 10; ++i) done.take();
-    // The forked threads finish after their put; let them.
-    for (int i = 0; i < 1000 && capstan::statistics().live_threads > 1; ++i) capstan::yield();
+    // The forked threads finish after their put; let them (a putter on
+    // another capability may be descheduled between its put and its end).
+    ASSERT_TRUE(capstan_test::green_wait_until([] { return capstan::statistics().live_threads == 1; }));
     auto s = capstan::statistics();
     EXPECT_EQ(s.threads_created, 11u);
     EXPECT_EQ(s.live_threads, 1u);  // main

@@ -161,6 +161,12 @@ TEST_F(Wakeups, AnUnlockedThreadFollowsItsWaker) {
     m.put(1);  // main runs on capability 0: the woken thread joins us
     done.take();
   });
+  // A capability whose OS thread is descheduled for a millisecond has its
+  // queue stolen by the idle other (steal_test.cpp): the placements then
+  // say nothing about the rule.
+  std::uint64_t stolen = 0;
+  for (const auto& c : capstan::statistics().capabilities) stolen += c.threads_stolen;
+  if (stolen != 0) GTEST_SKIP() << "a stalled capability's thread was stolen";
   EXPECT_EQ(blocked_on, 1u);
   EXPECT_EQ(woke_on, 0u);
 }

@@ -10,10 +10,16 @@
 
 #include "capstan_test.hpp"
 #include "primitives/fault_injection.hpp"
+#include "runtime/runtime.hpp"
 
 using namespace capstan;
 namespace fi = capstan::rts::fault_injection;
 using namespace std::chrono_literals;
+
+// No timeslice: every fork is a safe point, and an expiry there (a start
+// stalled past the first 20 ms slice) let the forked threads run before
+// the refusals these tests set up were armed.
+constexpr std::chrono::microseconds kNoSlice = std::chrono::seconds(30);
 
 namespace {
 
@@ -37,7 +43,7 @@ TEST(SpareStart, ARefusedSpareLeavesTheWorkQueuedAndRetries) {
   std::atomic<bool> ran{false};
   bool seen_in_call = false;
   ::testing::internal::CaptureStderr();
-  int r = capstan::run(capstan_test::opts(1), [&] {
+  int r = capstan::run(capstan_test::opts(1, kNoSlice), [&] {
     fork_io([&] { ran.store(true); });
     fi::fail_os_thread_start.store(0);  // the next start - the spare's - fails
     seen_in_call = safe_call([&] {
@@ -64,11 +70,14 @@ TEST(SpareStart, WorkWaitsWhileTheOsKeepsRefusing) {
   std::atomic<bool> ran{false};
   bool ran_while_refused = true, ran_after = false;
   ::testing::internal::CaptureStderr();
-  int r = capstan::run(capstan_test::opts(1), [&] {
+  int r = capstan::run(capstan_test::opts(1, kNoSlice), [&] {
     fork_io([&] { ran.store(true); });
     fi::refuse_os_threads.store(true);
     safe_call([&] {
       std::this_thread::sleep_for(30ms);
+      // At least two refusals (the first retake and a retry), however
+      // long the ticker was held up.
+      capstan_test::os_wait_until([] { return capstan::rts::rt.spare_starts_refused.get() >= 2; });
       ran_while_refused = ran.load();
       fi::refuse_os_threads.store(false);
       ran_after = capstan_test::os_wait_until([&] { return ran.load(); });
@@ -93,7 +102,7 @@ TEST(SpareStart, AReturningCallRunsTheWorkItsSpareCouldNotStart) {
   KnobsOff off;
   std::atomic<int> ran{0};
   ::testing::internal::CaptureStderr();
-  int r = capstan::run(capstan_test::opts(1), [&] {
+  int r = capstan::run(capstan_test::opts(1, kNoSlice), [&] {
     for (int i = 0; i < 100; ++i) fork_io([&] { ran.fetch_add(1); });
     fi::refuse_os_threads.store(true);
     safe_call([] { std::this_thread::sleep_for(5ms); });
@@ -153,7 +162,7 @@ TEST(SpareStart, ABoundCallerReturnsWhileEveryRetryIsRefused) {
   std::atomic<int> ran{0};
   int calls = 0;
   ::testing::internal::CaptureStderr();
-  int r = capstan::run(capstan_test::opts(1), [&] {
+  int r = capstan::run(capstan_test::opts(1, kNoSlice), [&] {
     for (int i = 0; i < 20; ++i) fork_io([&] { ran.fetch_add(1); });
     fi::refuse_os_threads.store(true);
     auto end = std::chrono::steady_clock::now() + 300ms;
