@@ -108,9 +108,12 @@ TEST_P(Timeout, InterruptsAComputation) {
 // timeout never fired.)
 TEST_P(Timeout, InterruptsALoopOfYields) {
   for (bool company : {false, true}) {
-    run(capstan_test::opts(caps(), 2ms), [company] {
-      std::atomic<bool> stop{false};
-      if (company) fork_io([&] {
+    // Outlives the run: the company thread may read it after main's
+    // lambda has returned, until shutdown kills it at a yield (on main's
+    // stack, where shutdown's own frames then were: TSan saw the race).
+    std::atomic<bool> stop{false};
+    run(capstan_test::opts(caps(), 2ms), [company, &stop] {
+      if (company) fork_io([&stop] {
         while (!stop.load()) yield();
       });
       auto t0 = Clock::now();
