@@ -197,6 +197,9 @@ extern std::atomic<bool> bias_births;
 // stores 0 to both words: the one its caller does not hold is 0 already
 // (nobody holds locked_ while owner_in_ is 1, and after step 3 nobody
 // stores owner_in_ = 1 but an owner backing off, which stores 0 next).
+// It stores locked_ first: the other order would let a revoker that saw
+// owner_in_ = 0 at step 3 take locked_ before the owner's second store,
+// which would then let it go while the revoker is inside.
 // Park hands the switch's landing side the word it holds (held_word: the
 // owner's thread tells by owner_in_, which only it sets).
 // An mvar made by anyone but the owner - a plain OS thread, a capability
@@ -231,9 +234,10 @@ class mvar_core {
     lock_slow();
   }
   void unlock() noexcept {
-    // Both words: the one not held is 0 already (Note [Biased locks]).
-    owner_in_.store(false, std::memory_order_release);
+    // Both words: the one not held is 0 already, and locked_ first
+    // (Note [Biased locks]).
     locked_.store(false, std::memory_order_release);
+    owner_in_.store(false, std::memory_order_release);
   }
   // try_lock never waits, not even for a revocation (its callers hold a
   // thread's wait_lock, which a biased holder may be about to take).
