@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capability/run_queue.hpp"
+#include "primitives/biased_spinlock.hpp"
 #include "primitives/counter.hpp"
 #include "primitives/spinlock.hpp"
 #include "storage/stack.hpp"
@@ -126,8 +127,8 @@ struct alignas(64) Capability {
   unsigned n_spares = 0;    // [lock:spare_lock]
 
   // All live threads whose home is this capability (for shutdown), and
-  // their labels (Thread::label).
-  SpinLock all_lock;        // guards all_head, the all_prev/all_next links and labels
+  // their labels (Thread::label).  See Note [Home lists].
+  BiasedSpinLock all_lock;  // guards all_head, the all_prev/all_next links and labels
   Thread* all_head = nullptr;  // [lock:all_lock]
 };
 

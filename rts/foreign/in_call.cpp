@@ -235,7 +235,7 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   InCallClosure closure{fn, ctx};
   Thread* t;
   try {
-    t = create_incall_thread(task, home, &kInCallOps, &closure, sizeof closure);
+    t = create_incall_thread(task, home, &kInCallOps, &closure, sizeof closure, got != nullptr);
   } catch (...) {
     // Nothing was queued: put the Task back as we found it, give up the
     // capability we may have grabbed, and let the count go.

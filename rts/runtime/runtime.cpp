@@ -245,6 +245,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
       c->no = i;
       c->stacks.attach(&rt.arena, o.stack_pool_watermark, &c->runtime_loop);
       c->threads.attach(&rt.depot);
+      c->all_lock.bias(rt.bias_locks);  // Note [Home lists]
       rt.caps.push_back(c.get());  // reserved: cannot throw
       Capability* cap = c.release();
       spark_pool_init(cap, o.spark_pool_size);

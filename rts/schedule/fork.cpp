@@ -44,9 +44,9 @@ void notify_shutdown() {
 // ASan it leaves for good; the landing side (after_switch) returns the
 // stack to the capability's pool and the Thread to its free list.
 [[noreturn]] void finish_current(Thread* self) {
-  unlink_from_home(self);
   Task* task = my_task();
   Capability* cap = task->cap;
+  unlink_from_home(self, /*holder=*/self->home == cap);
   finish_pending(self, cap);  // throwers waiting on us return (Note [Raising asynchronously])
   self->state = ThreadState::finished;
   cap->threads_finished.add();
@@ -230,7 +230,7 @@ detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int c
   t->live_id.store(t->id, std::memory_order_relaxed);
   // A forked thread inherits its parent's mask state (GHC's forkIO).
   if (cap->current) t->mask = cap->current->mask;
-  link_home(cap, t);
+  link_home(cap, t, /*holder=*/true);
   Capability* target = cap;
   if (cap_no == detail::kBoundOsThread) {
     // fork_os: Note [Bound threads].  The OS thread starts first (it may
@@ -244,7 +244,7 @@ detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int c
     try {
       start_os_thread(b, &bound_task_body);
     } catch (...) {
-      unlink_from_home(t);
+      unlink_from_home(t, /*holder=*/true);
       t->ops = nullptr;
       discard_thread(t);
       throw;

@@ -59,19 +59,42 @@ std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end) {
 
 std::uint64_t next_thread_id(Capability* cap) { return next_id_in_block(cap->next_id, cap->id_end); }
 
-void link_home(Capability* cap, Thread* t) {
+// Note [Home lists]
+// ~~~~~~~~~~~~~~~~~
+// Every live thread is on the list of its home capability (the one that
+// forked it), so that shutdown, deadlock detection, the thread dump and
+// label_thread can find threads that are on no queue.  A thread is linked
+// as it is forked and unlinked as it finishes, wherever it runs then, so
+// the list has a lock.  Its writers are nearly always the home
+// capability's holder, and in a run with one capability always are but
+// for an in-call that has not got the capability: the lock is biased to
+// the holder (Note [Biased spin locks] in primitives/biased_spinlock.hpp),
+// which saves a thread's fork and finish their only locked instructions
+// at -N1.  Its readers are rare (a dump, a hog warning, a shutdown sweep
+// from the holder's own thread) and pay a membarrier when they are not the
+// holder.  The callers say whether they hold the capability
+// (link_home's holder), rather than the lock asking the thread-local:
+// the runtime is built position-independent, where that read is a call.
+// Rejected: walking the thread slabs instead
+// of keeping lists (no writes at all on fork and finish, but every reader
+// would have to tell a live Thread from a cached one without a lock, and
+// a slab's Threads belong to no capability); per-capability lists without
+// a lock, written only by the home (a thread finishing elsewhere, as
+// pushed threads at -N2 do, would have to send itself home to be unlinked
+// and could not be recycled before).
+void link_home(Capability* cap, Thread* t, bool holder) {
   t->home = cap;
   t->all_prev = nullptr;
-  cap->all_lock.lock();
+  cap->all_lock.lock(holder && rt.bias_locks);
   t->all_next = cap->all_head;
   if (cap->all_head) cap->all_head->all_prev = t;
   cap->all_head = t;
   cap->all_lock.unlock();
 }
 
-void unlink_from_home(Thread* t) {
+void unlink_from_home(Thread* t, bool holder) {
   Capability* home = t->home;
-  home->all_lock.lock();
+  home->all_lock.lock(holder && rt.bias_locks);
   if (t->all_prev) t->all_prev->all_next = t->all_next; else home->all_head = t->all_next;
   if (t->all_next) t->all_next->all_prev = t->all_prev;
   home->all_lock.unlock();
@@ -89,7 +112,7 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
   t->is_main = bound;  // the only bound system thread is run()'s main
   t->spark_thread = !bound;  // and the only unbound ones are spark threads
   t->locked = locked;
-  link_home(cap, t);
+  link_home(cap, t, /*holder=*/true);
   cap->threads_created.add();
   t->cap = cap;
   cap->run_queue.push_back(t);
@@ -97,7 +120,7 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
 }
 
 Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
-                             const void* closure, std::size_t closure_size) {
+                             const void* closure, std::size_t closure_size, bool holder) {
   if (fault_injection::should_fail(fault_injection::fail_incall_thread)) throw std::bad_alloc();
   Thread* t = task->threads.get();
   t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
@@ -109,7 +132,7 @@ Thread* create_incall_thread(Task* task, Capability* home, const detail::closure
   t->bound_task = task;
   t->cap = home;
   t->state = ThreadState::runnable;
-  link_home(home, t);
+  link_home(home, t, holder);
   rt.incall_threads_created.add();
   return t;
 }

@@ -95,10 +95,12 @@ static inline void recycle(Capability* cap, Thread* t) noexcept {
 std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end);
 std::uint64_t next_thread_id(Capability* cap);
 
-// link_home / unlink_from_home put t on / take it off cap's list of live
-// threads (found by shutdown, label_thread).
-void link_home(Capability* cap, Thread* t);
-void unlink_from_home(Thread* t);
+// link_home / unlink_from_home put t on / take it off its home's list of
+// live threads (found by shutdown, label_thread).  holder: the caller
+// holds that capability (its lock's owner in a run with biased locks:
+// Note [Home lists]).
+void link_home(Capability* cap, Thread* t, bool holder);
+void unlink_from_home(Thread* t, bool holder);
 
 // thread_of finds the live Thread named by r, or null if it has finished or
 // r is from another run.  The result must still be checked against
@@ -121,8 +123,9 @@ Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, vo
                              std::size_t closure_size, bool bound, bool locked = true);
 
 // create_incall_thread makes a thread bound to `task`, homed on `home`,
-// for call_in (the caller need not hold a capability); not queued.
+// for call_in (the caller need not hold a capability: holder says whether
+// it has claimed `home`); not queued.
 Thread* create_incall_thread(Task* task, Capability* home, const detail::closure_ops* ops,
-                             const void* closure, std::size_t closure_size);
+                             const void* closure, std::size_t closure_size, bool holder);
 
 }  // namespace capstan::rts

@@ -6,6 +6,13 @@
 // try_put - so the first OS-thread operation on each mvar revokes its bias
 // at a random moment of the green threads' sections.  A section that two
 // sides entered at once loses an increment; the counts must match exactly.
+// HomeListStress does the same to a capability's home-list lock (Note
+// [Biased spin locks] in primitives/biased_spinlock.hpp): plain OS threads
+// dump every thread while the holder forks, labels and finishes threads.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include <atomic>
 #include <memory>
 #include <random>
@@ -96,6 +103,93 @@ TEST_P(BiasedLockStress, RevokingUnderTheOwnerLosesNoSection) {
   });
   EXPECT_EQ(lost, 0) << "sections overlapped: increments lost";
   EXPECT_EQ(checked, kRounds * (kGreen * kGreenOps + static_cast<long>(GetParam().os_threads) * kOsOps));
+}
+
+// live_in_dump: the count a thread dump's first line gives ("... N live
+// green thread(s)"), or -1 if it has none.
+long live_in_dump(const char* text) {
+  const char* nl = std::strchr(text, '\n');
+  std::string first(text, nl ? static_cast<std::size_t>(nl - text) : std::strlen(text));
+  auto at = first.rfind(": ");
+  if (at == std::string::npos || first.find("live green thread") == std::string::npos) return -1;
+  return std::strtol(first.c_str() + at + 2, nullptr, 10);
+}
+
+// dump_text runs capstan::dump_threads into a string.
+std::string dump_text() {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  capstan::dump_threads(f);
+  std::fclose(f);
+  std::string s(buf, len);
+  std::free(buf);
+  return s;
+}
+
+// At -N1 the home list's lock is the holder's without a locked
+// instruction (when locks are biased); OS threads that dump the threads
+// are its visitors.  kParked labelled threads stay blocked throughout, so
+// every dump must list at least them and main; a visitor walking a list
+// the holder is relinking would miss some, or follow a recycled thread.
+// At the end main's own dump (the owner's) must list exactly them and
+// itself.
+TEST(HomeListStress, VisitorsWalkTheListWhileTheHolderForksAndFinishes) {
+  stress::Watchdog dog(std::chrono::seconds(240), "home list visitors");
+  constexpr int kParked = 40;
+  const long kForks = 200000 / stress::kScale + 2000;
+  std::atomic<bool> stop{false};
+  std::atomic<long> dumps{0}, short_dumps{0}, min_seen{1L << 40};
+  long final_live = -1;
+  capstan::run(capstan_test::opts(1), [&] {
+    capstan::mvar<int> gate, parked_done;
+    std::atomic<int> parked{0};
+    for (int i = 0; i < kParked; ++i) {
+      capstan::fork_io([&, i] {
+        capstan::label_thread(capstan::self(), "parked " + std::to_string(i));
+        parked.fetch_add(1);
+        gate.take();
+        parked_done.put(1);
+      });
+    }
+    while (parked.load() < kParked) capstan::yield();
+    std::vector<std::thread> visitors;
+    for (int v = 0; v < 2; ++v) {
+      visitors.emplace_back([&] {
+        while (!stop.load()) {
+          long n = live_in_dump(dump_text().c_str());
+          dumps.fetch_add(1);
+          if (n < kParked + 1) short_dumps.fetch_add(1);
+          long m = min_seen.load();
+          while (n < m && !min_seen.compare_exchange_weak(m, n)) {
+          }
+        }
+      });
+    }
+    std::mt19937_64 rng(stress::seed());
+    std::atomic<long> finished{0};
+    for (long k = 0; k < kForks; ++k) {
+      bool label = rng() % 16 == 0;
+      capstan::fork_io([&finished, label] {
+        if (label) capstan::label_thread(capstan::self(), "short");
+        finished.fetch_add(1, std::memory_order_relaxed);
+      });
+      if (rng() % 64 == 0) capstan::yield();
+    }
+    while (finished.load() < kForks) capstan::yield();
+    while (dumps.load() < 4) capstan::yield();  // every run has visitors
+    stop.store(true);
+    for (auto& t : visitors) {
+      capstan::safe_call([&] { t.join(); });
+    }
+    final_live = live_in_dump(dump_text().c_str());
+    for (int i = 0; i < kParked; ++i) gate.put(i);
+    for (int i = 0; i < kParked; ++i) parked_done.take();
+  });
+  EXPECT_EQ(short_dumps.load(), 0) << "a visitor's dump missed parked threads (fewest: "
+                                   << min_seen.load() << ")";
+  EXPECT_GE(dumps.load(), 4);
+  EXPECT_EQ(final_live, kParked + 1) << "the home list lost or kept threads";
 }
 
 }  // namespace
