@@ -80,7 +80,10 @@ TEST_P(Sparks, AGetIsASafePointForTimeoutsAndKills) {
       }
     });
     auto t0 = steady_clock::now();
-    timed = capstan::timeout(milliseconds(100), [&] { return spark_loop(t0 + seconds(3)); });
+    // The sleeper needs two timeslice expiries of the loop (one to start
+    // its sleep, one to count): 300 ms leaves room for a ticker that a
+    // loaded machine runs late.
+    timed = capstan::timeout(milliseconds(300), [&] { return spark_loop(t0 + seconds(3)); });
     timeout_took = steady_clock::now() - t0;
     others_ran = ticks.load() > 0;
     auto victim = capstan::fork_io([&] { spark_loop(steady_clock::now() + seconds(3)); });

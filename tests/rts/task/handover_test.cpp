@@ -209,8 +209,15 @@ TEST_F(HandOver, ASpuriousUnparkIsNotAHandOver) {
   });
   ASSERT_TRUE(eventually([&] { return thread_sleeps_on(&receiver.parker); }));
   receiver.parker.unpark();  // a stale sender
-  // It wakes, finds nothing handed, and parks again.
-  bool reparked = eventually([&] { return thread_sleeps_on(&receiver.parker) || returned.load(); });
+  // It wakes, finds nothing handed, and parks again: the parker's word
+  // (its only member) goes back to 0 only once the woken thread's park()
+  // has consumed the wake-up, so a thread that had not yet run cannot
+  // pass for one that re-parked.
+  auto word = reinterpret_cast<const std::atomic<std::uint32_t>*>(&receiver.parker);
+  static_assert(sizeof(capstan::rts::Parker) == sizeof(std::atomic<std::uint32_t>));
+  bool reparked = eventually([&] {
+    return (word->load() == 0 && thread_sleeps_on(&receiver.parker)) || returned.load();
+  });
   EXPECT_TRUE(reparked);
   EXPECT_FALSE(returned.load()) << "wait_for_capability returned without a give";
   capstan::rts::give_capability_to_task(&receiver, &cap, nullptr);

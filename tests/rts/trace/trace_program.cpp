@@ -52,10 +52,15 @@ void mix() {
     ch.write(i);
     if (i % 10 == 0) capstan::yield();
   }
-  capstan::mvar<int> never;
-  auto victim = capstan::fork_io([&] { never.take(); });
+  capstan::mvar<int> never, victim_ran;
+  auto victim = capstan::fork_io([&] {
+    victim_ran.put(1);
+    never.take();
+  });
   capstan::label_thread(victim, "victim");
-  capstan::yield();
+  // Killed only once it has run: a thread killed before its first run has
+  // no run span, and the check counts a span for every thread created.
+  victim_ran.take();
   capstan::kill_thread(victim);
   capstan::async<void> waiter([&] { capstan::sleep_for(std::chrono::milliseconds(1)); });
   waiter.wait();
