@@ -7,8 +7,8 @@
  *
  * Parties: the capability's holder O, locking the mvar NOPS times (each
  * time through owner_in_ while the state reads biased, else through the
- * shared word with an exchange; unlocking with unlock()'s two stores, in
- * its order); a revoker R, another OS thread taking
+ * shared word with an exchange; unlocking with one store to the word it
+ * holds); a revoker R, another OS thread taking
  * the lock once with lock() (revoke: steps 1-4, waiting at step 3); and a
  * second outsider T taking it once with try_lock() (revoke(false): gives up
  * at step 3 and retries, as its callers do).
@@ -38,7 +38,7 @@
  *                   only: no re-check after the store).
  *   -DBROKEN_TRY    revoke(false) finishes the revocation (kShared) without
  *                   having seen owner_in_ = 0.
- *   -DBROKEN_UNLOCK unlock() stores owner_in_ = 0 before locked_ = 0: a
+ *   -DBROKEN_UNLOCK unlock() stores 0 to both words, owner_in_ first: a
  *                   revoker that sees the first store takes locked_, and
  *                   the owner's second store lets it go while it is inside.
  */
@@ -129,13 +129,11 @@ active proctype O() {
             enter();                  /* held through owner_in_ */
             leave();
 #ifdef BROKEN_UNLOCK
-            push(0);                  /* unlock: owner_in_ = 0 first, */
+            push(0);                  /* unlock: owner_in_ = 0, */
             (n == 0);
-            locked = 0                /* then locked_ = 0: may free R's hold */
+            locked = 0                /* then locked_ = 0 too: may free R's hold */
 #else
-            (n == 0);                 /* unlock: locked_ = 0 (release), */
-            locked = 0;
-            push(0)                   /* then owner_in_ = 0 (release) ... */
+            push(0)                   /* unlock: owner_in_ = 0, the word held */
 #endif
        :: else ->
             take_shared(1);           /* ... or the exchange on locked_ */

@@ -26,9 +26,10 @@
  *   -DBROKEN         a visitor does not wait for owner_in_ = 0 (no step 3).
  *   -DBROKEN_FENCE   no membarrier: O's owner_in_ = 1 waits in its buffer
  *                    while the visitor reads 0 and O reads no visitors.
- *   -DBROKEN_UNLOCK  O's unlock stores owner_in_ = 0 before locked_ = 0.
- *   -DBROKEN_COUNT   a visitor leaves the count before letting the shared
- *                    word go: O enters biased beside it.
+ *   -DBROKEN_UNLOCK  O's unlock stores 0 to both words, owner_in_ first.
+ *   -DBROKEN_COUNT   a visitor does not count itself in: O, which reads no
+ *                    visitors, enters through owner_in_ beside one that
+ *                    waited for owner_in_ = 0 and took the shared word.
  */
 
 #define NOPS 3
@@ -90,15 +91,19 @@ active proctype O() {
        fi;
        enter();
        leave();
+       if
+       :: got ->
 #ifdef BROKEN_UNLOCK
-       push(0);                       /* owner_in_ = 0, */
-       (n == 0);
-       locked = 0;                    /* then locked_ = 0 */
+            push(0);                  /* owner_in_ = 0, */
+            (n == 0);
+            locked = 0                /* then locked_ = 0 too */
 #else
-       (n == 0);
-       locked = 0;                    /* locked_ = 0 (release), */
-       push(0);                       /* then owner_in_ = 0 (release) */
+            push(0)                   /* the word held: owner_in_ = 0 */
 #endif
+       :: else ->
+            (n == 0);
+            locked = 0                /* the word held: locked_ = 0 */
+       fi;
        op++
   od
 }
@@ -108,7 +113,9 @@ proctype V() {
   do
   :: op == VOPS -> break
   :: else ->
+#ifndef BROKEN_COUNT
        visitors++;                    /* 1: fetch_add, seq_cst */
+#endif
 #ifndef BROKEN_FENCE
        drain_all();                   /* 2: membarrier */
 #endif
@@ -118,11 +125,8 @@ proctype V() {
        atomic { locked == 0 -> locked = 1 };  /* 4 */
        enter();
        leave();
-#ifdef BROKEN_COUNT
-       visitors--;
-       locked = 0;
-#else
        locked = 0;                    /* unlock_visitor: locked_ = 0, */
+#ifndef BROKEN_COUNT
        visitors--;                    /* then visitors_ -= 1 */
 #endif
        op++

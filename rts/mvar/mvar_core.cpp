@@ -47,18 +47,18 @@ __attribute__((noinline)) bool current_bias_owner() noexcept {
   return tl_bias_owner;
 }
 
+// As held_word, without the call bias_owner_here makes in position-
+// independent code: park reads the thread-local before its switch.
+inline std::atomic<bool>* mvar_core::held_word_rts() noexcept {
+  return tl_bias_owner && owner_in_.load(std::memory_order_relaxed) ? &owner_in_ : &locked_;
+}
+
 void start_bias_epoch() noexcept {
   revocations.store(0, std::memory_order_relaxed);
   bias_births.store(true, std::memory_order_relaxed);
 }
 
 std::uint64_t lock_revocations() noexcept { return revocations.load(std::memory_order_relaxed); }
-
-// Only an owner inside a biased section has owner_in_ set and reads it 1:
-// another OS thread may see an owner's passing store of 1 as it backs off.
-inline std::atomic<bool>* mvar_core::held_word() noexcept {
-  return tl_bias_owner && owner_in_.load(std::memory_order_relaxed) ? &owner_in_ : &locked_;
-}
 
 bool mvar_core::try_lock_biased() noexcept {
   if (tl_bias_owner && owner_in_.load(std::memory_order_relaxed)) return false;  // its own
@@ -277,7 +277,7 @@ void mvar_core::park_wait(waiter& w) {
   if (rts::rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]] shutdown_checkpoint(*this, w, cur);
   if (cur->unarmed_timeouts != 0) [[unlikely]] arm_timeouts_or_leave(*this, w, cur);
   publish_wait(*this, w, task->cap, cur, 0);
-  rts::park_current(task, cur, held_word());  // releases our lock once we are off the CPU
+  rts::park_current(task, cur, held_word_rts());  // releases our lock once we are off the CPU
 }
 
 void mvar_core::park_shielded(waiter& w) {
@@ -292,7 +292,7 @@ void mvar_core::park_shielded(waiter& w) {
   // request_kill and break_deadlock pass it by (waiter::shielded).
   w.shielded = true;
   publish_wait(*this, w, task->cap, cur, 0);
-  rts::park_current(task, cur, held_word());
+  rts::park_current(task, cur, held_word_rts());
 }
 
 // Note [Timed takes]
@@ -383,7 +383,7 @@ void mvar_core::park_timed_wait(waiter& w, long long ns) {
     leave_for_exception(*this, w);
     throw;
   }
-  rts::park_current(task, cur, held_word());
+  rts::park_current(task, cur, held_word_rts());
   // Possibly on another OS thread now; cur is still us.
   cur->wait_lock.lock();
   cur->timed_seq = 0;

@@ -35,9 +35,9 @@ namespace capstan::rts {
 //            2. membarrier(PRIVATE_EXPEDITED);
 //            3. wait while owner_in_ is 1 (acquire);
 //            4. take locked_ with an exchange; counted_ = true.
-//   unlock:  the owner: locked_ = 0, then owner_in_ = 0 (both release:
-//            the word it does not hold is 0 already); a counted visitor:
-//            locked_ = 0, then visitors_ -= 1 (both release).
+//   unlock:  a counted visitor: locked_ = 0, then visitors_ -= 1 (both
+//            release); anyone else: 0 to the one word held (release):
+//            owner_in_ if it reads 1, else locked_.
 // Mutual exclusion between the owner and a visitor is Note [Biased
 // locks]' argument: an owner whose load of visitors_ follows the barrier
 // step 2 runs on its CPU reads the count and backs off; one whose load
@@ -45,9 +45,11 @@ namespace capstan::rts {
 // section's end.  Between visitors, and between a visitor and an owner
 // that backed off, locked_ decides.  The owner's next biased section
 // follows a visitor's last through visitors_ (its release decrement, the
-// owner's acquire load).  unlock stores locked_ first for the reason the
-// mvar's does: a visitor at step 3 that saw owner_in_ = 0 could otherwise
-// take locked_ before the owner's store of locked_ = 0 let it go.
+// owner's acquire load).  unlock stores to one word only, as the mvar's
+// does: storing 0 to both, owner_in_ first, would let a visitor at step 3
+// that saw owner_in_ = 0 take locked_ before the second store freed it.
+// Only the owner reads owner_in_ as 1 in unlock: a counted visitor leaves
+// through unlock_visitor, and in a run without bias nobody sets it.
 // counted_ is written and read only by holders.
 // A visitor pays a membarrier (about 0.2 us, more where the other CPUs are
 // busy) once per section.  In a run without bias nobody is an owner and
@@ -87,9 +89,9 @@ class BiasedSpinLock {
       unlock_visitor();
       return;
     }
-    // locked_ first: see Note [Biased spin locks].
-    locked_.store(false, std::memory_order_release);
-    owner_in_.store(false, std::memory_order_release);
+    // Only the word held: see Note [Biased spin locks].
+    (owner_in_.load(std::memory_order_relaxed) ? owner_in_ : locked_)
+        .store(false, std::memory_order_release);
   }
 
   // For tests: whether the shared word is held (an owner inside through

@@ -194,12 +194,14 @@ extern std::atomic<bool> bias_births;
 // callers hold a thread's wait_lock, which a biased holder may be about
 // to take, so its revoker (revoke(false)) gives up at step 3 instead of
 // waiting, leaving kRevoking for the next caller to finish.  unlock()
-// stores 0 to both words: the one its caller does not hold is 0 already
-// (nobody holds locked_ while owner_in_ is 1, and after step 3 nobody
-// stores owner_in_ = 1 but an owner backing off, which stores 0 next).
-// It stores locked_ first: the other order would let a revoker that saw
-// owner_in_ = 0 at step 3 take locked_ before the owner's second store,
-// which would then let it go while the revoker is inside.
+// stores 0 to the one word its caller holds (held_word): owner_in_ if the
+// caller is the owner and finds it 1 - only the owner stores 1 there, and
+// its own reads see its own stores - else locked_.  Storing 0 to both
+// would be wrong in either order: owner_in_ first lets a revoker waiting
+// at step 3 take locked_ before the owner's second store frees it under
+// the revoker; locked_ first touches the mvar after its release, when
+// the thread the release let go may already have ended the mvar's life
+// (a throw's landing in its thrower's frame).
 // Park hands the switch's landing side the word it holds (held_word: the
 // owner's thread tells by owner_in_, which only it sets).
 // An mvar made by anyone but the owner - a plain OS thread, a capability
@@ -221,23 +223,28 @@ class mvar_core {
   // capstan::blocked_indefinitely (GHC's BlockedIndefinitelyOnMVar).
   ~mvar_core();
 
-  void lock() noexcept {
+  void lock() noexcept { (void)lock_held(); }
+  // lock_held is lock, returning the word it holds: release(word) is then
+  // unlock without finding out again which word that is.
+  std::atomic<bool>* lock_held() noexcept {
     // Acquire (both): the value and the queue written under the lock are
     // visible to the next holder, and a revoker's kShared follows the
     // biased owner's last section (Note [Biased locks]).
     std::uint8_t st = state_.load(std::memory_order_acquire);
     if (st == kShared) [[likely]] {
-      if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+      if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return &locked_;
     } else if (st == kBiased && enter_biased()) [[likely]] {
-      return;
+      return &owner_in_;
     }
-    lock_slow();
+    lock_slow();  // ends holding locked_
+    return &locked_;
   }
   void unlock() noexcept {
-    // Both words: the one not held is 0 already, and locked_ first
-    // (Note [Biased locks]).
-    locked_.store(false, std::memory_order_release);
-    owner_in_.store(false, std::memory_order_release);
+    // Only the word held (Note [Biased locks]).
+    held_word()->store(false, std::memory_order_release);
+  }
+  static void release(std::atomic<bool>* held) noexcept {
+    held->store(false, std::memory_order_release);
   }
   // try_lock never waits, not even for a revocation (its callers hold a
   // thread's wait_lock, which a biased holder may be about to take).
@@ -351,8 +358,16 @@ class mvar_core {
   // try_lock_biased is try_lock on an mvar not yet shared; out of line.
   bool try_lock_biased() noexcept;
   // held_word is the word the caller, holding the lock, stores false to
-  // let it go: what park hands to the switch's landing side.
-  std::atomic<bool>* held_word() noexcept;
+  // let it go: unlock's, and what park hands to the switch's landing side.
+  // Only an owner inside a biased section has owner_in_ set and reads it
+  // 1: another OS thread may see an owner's passing store of 1 as it backs
+  // off, hence the owner test.
+  std::atomic<bool>* held_word() noexcept {
+    return owner_in_.load(std::memory_order_relaxed) && bias_owner_here() ? &owner_in_ : &locked_;
+  }
+  // held_word_rts is held_word for the runtime's own code (park), which
+  // reads the thread-local directly (rts/mvar/mvar_core.cpp).
+  std::atomic<bool>* held_word_rts() noexcept;
   // revoke ends the bias for good (steps 1-4 of Note [Biased locks]) and
   // returns true; with wait false it gives up at step 3 instead, false,
   // leaving kRevoking for the next caller to finish.  Out of line.
@@ -389,32 +404,32 @@ class mvar_core {
 struct core_op {
   mvar_core& core;
   wake_list woken;
-  bool locked = true;
+  std::atomic<bool>* held = nullptr;  // the lock word held; null once park() has it
   explicit core_op(mvar_core& c) : core(c) {
     safe_point();
-    core.lock();
+    held = core.lock_held();
   }
   // no_checkpoint: an operation that must not throw, even at shutdown
   // (a report from a destructor: Note [Async threads]).  Only for
   // operations that never block.
   struct no_checkpoint_t {};
-  core_op(mvar_core& c, no_checkpoint_t) : core(c) { core.lock(); }
+  core_op(mvar_core& c, no_checkpoint_t) : core(c), held(c.lock_held()) {}
   core_op(const core_op&) = delete;
   core_op& operator=(const core_op&) = delete;
-  void release_to_park() { locked = false; }
+  void release_to_park() { held = nullptr; }
   // wake_now wakes the threads served so far, unlocking around it (an
   // operation that served others and will now park itself, which hands
   // the lock to park() and so wakes nobody after).  The state may change
   // while unlocked.
   void wake_now() {
-    core.unlock();
+    mvar_core::release(held);
     woken.wake_all();
     woken = wake_list{};
-    core.lock();
+    held = core.lock_held();
   }
   ~core_op() {
-    if (!locked) return;  // parked: park() released the lock
-    core.unlock();
+    if (!held) return;  // parked: park() released the lock
+    mvar_core::release(held);
     woken.wake_all();
   }
 };
