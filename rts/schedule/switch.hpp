@@ -110,8 +110,10 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
     // Software overflow check, for stacks the arena could not guard.
     if (stack_pointer() < from->stack_lo) [[unlikely]]
       fatal_stack_overflow(from);
-    from->saved_errno = *errno_loc;
-    from->last_ran_ns = rt.coarse_now_ns.load(std::memory_order_relaxed);  // for dumps
+    if (!from_dying) {  // a finished thread's are never read again
+      from->saved_errno = *errno_loc;
+      from->last_ran_ns = rt.coarse_now_ns.load(std::memory_order_relaxed);  // for dumps
+    }
     // Exception state is almost always empty: save it only when it is not.
     if (eh->caught || eh->uncaught) [[unlikely]] {
       from->eh = *eh;

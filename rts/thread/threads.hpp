@@ -61,7 +61,7 @@ inline void reset_thread(Thread* t) noexcept {
   t->waiter = nullptr;
   t->has_eh = false;
   t->mask = Mask::unmasked;
-  t->raised = nullptr;
+  if (t->raised) [[unlikely]] t->raised = nullptr;  // assigning always costs a swap and a test
   t->timeouts = nullptr;
   t->unarmed_timeouts = 0;
   t->io_wait = IoWait::none;
@@ -92,15 +92,62 @@ static inline void recycle(Capability* cap, Thread* t) noexcept {
 
 // Ids: unique in the process, handed out in blocks of kIdBlock (Note
 // [Thread ids] in threads.cpp).
-std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end);
-std::uint64_t next_thread_id(Capability* cap);
+// next_id_in_block: the next id of a block, taking a fresh block (out of
+// line) when it is used up.
+std::uint64_t refill_id_block(std::uint64_t& next, std::uint64_t& end);
+inline std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end) {
+  if (next == end) [[unlikely]] return refill_id_block(next, end);
+  return next++;
+}
+inline std::uint64_t next_thread_id(Capability* cap) {
+  return next_id_in_block(cap->next_id, cap->id_end);
+}
 
+// Note [Home lists]
+// ~~~~~~~~~~~~~~~~~
+// Every live thread is on the list of its home capability (the one that
+// forked it), so that shutdown, deadlock detection, the thread dump and
+// label_thread can find threads that are on no queue.  A thread is linked
+// as it is forked and unlinked as it finishes, wherever it runs then, so
+// the list has a lock.  Its writers are nearly always the home
+// capability's holder, and in a run with one capability always are but
+// for an in-call that has not got the capability: the lock is biased to
+// the holder (Note [Biased spin locks] in primitives/biased_spinlock.hpp),
+// which saves a thread's fork and finish their only locked instructions
+// at -N1.  Its readers are rare (a dump, a hog warning, a shutdown sweep
+// from the holder's own thread) and pay a membarrier when they are not the
+// holder.  The callers say whether they hold the capability
+// (link_home's holder), rather than the lock asking the thread-local:
+// the runtime is built position-independent, where that read is a call.
+// Rejected: walking the thread slabs instead
+// of keeping lists (no writes at all on fork and finish, but every reader
+// would have to tell a live Thread from a cached one without a lock, and
+// a slab's Threads belong to no capability); per-capability lists without
+// a lock, written only by the home (a thread finishing elsewhere, as
+// pushed threads at -N2 do, would have to send itself home to be unlinked
+// and could not be recycled before).
 // link_home / unlink_from_home put t on / take it off its home's list of
 // live threads (found by shutdown, label_thread).  holder: the caller
-// holds that capability (its lock's owner in a run with biased locks:
-// Note [Home lists]).
-void link_home(Capability* cap, Thread* t, bool holder);
-void unlink_from_home(Thread* t, bool holder);
+// holds that capability (its lock's owner in a run with biased locks).
+// Inline: a thread's fork and finish.
+inline void link_home(Capability* cap, Thread* t, bool holder) {
+  t->home = cap;
+  t->all_prev = nullptr;
+  cap->all_lock.lock(holder && rt.bias_locks);
+  t->all_next = cap->all_head;
+  if (cap->all_head) cap->all_head->all_prev = t;
+  cap->all_head = t;
+  cap->all_lock.unlock();
+}
+
+inline void unlink_from_home(Thread* t, bool holder) {
+  Capability* home = t->home;
+  home->all_lock.lock(holder && rt.bias_locks);
+  if (t->all_prev) t->all_prev->all_next = t->all_next; else home->all_head = t->all_next;
+  if (t->all_next) t->all_next->all_prev = t->all_prev;
+  home->all_lock.unlock();
+}
+
 
 // thread_of finds the live Thread named by r, or null if it has finished or
 // r is from another run.  The result must still be checked against
@@ -113,7 +160,11 @@ Thread* thread_of(detail::thread_ref r) noexcept;
 void check_thread_id(std::uint64_t id, const char* what);
 
 // ref_of names a started thread t.
-detail::thread_ref ref_of(const Thread* t) noexcept;
+inline detail::thread_ref ref_of(const Thread* t) noexcept {
+  auto addr = reinterpret_cast<std::uintptr_t>(t);
+  if (addr >> 48) return {t->id, 0};  // no room for the tag: found by search
+  return {t->id, addr | (static_cast<std::uintptr_t>(process.epoch & 0xffff) << 48)};
+}
 
 // create_system_thread makes a thread for the runtime's own use on `cap`
 // (run()'s main, a spark thread), queued at the back of cap's run queue;
