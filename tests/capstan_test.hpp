@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -210,6 +211,19 @@ class CpuPin {
   cpu_set_t saved_;
   bool ok_ = false;
 };
+
+// dump_to_string runs capstan::dump_threads into a string (a memory
+// stream), for tests that read the dump.
+inline std::string dump_to_string() {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  capstan::dump_threads(f);
+  std::fclose(f);
+  std::string s(buf, len);
+  std::free(buf);
+  return s;
+}
 
 }  // namespace capstan_test
 

@@ -115,17 +115,7 @@ long live_in_dump(const char* text) {
   return std::strtol(first.c_str() + at + 2, nullptr, 10);
 }
 
-// dump_text runs capstan::dump_threads into a string.
-std::string dump_text() {
-  char* buf = nullptr;
-  std::size_t len = 0;
-  std::FILE* f = open_memstream(&buf, &len);
-  capstan::dump_threads(f);
-  std::fclose(f);
-  std::string s(buf, len);
-  std::free(buf);
-  return s;
-}
+using capstan_test::dump_to_string;
 
 // At -N1 the home list's lock is the holder's without a locked
 // instruction (when locks are biased); OS threads that dump the threads
@@ -157,7 +147,7 @@ TEST(HomeListStress, VisitorsWalkTheListWhileTheHolderForksAndFinishes) {
     for (int v = 0; v < 2; ++v) {
       visitors.emplace_back([&] {
         while (!stop.load()) {
-          long n = live_in_dump(dump_text().c_str());
+          long n = live_in_dump(dump_to_string().c_str());
           dumps.fetch_add(1);
           if (n < kParked + 1) short_dumps.fetch_add(1);
           long m = min_seen.load();
@@ -182,7 +172,7 @@ TEST(HomeListStress, VisitorsWalkTheListWhileTheHolderForksAndFinishes) {
     for (auto& t : visitors) {
       capstan::safe_call([&] { t.join(); });
     }
-    final_live = live_in_dump(dump_text().c_str());
+    final_live = live_in_dump(dump_to_string().c_str());
     for (int i = 0; i < kParked; ++i) gate.put(i);
     for (int i = 0; i < kParked; ++i) parked_done.take();
   });

@@ -23,17 +23,7 @@ using capstan_test::WithCaps;
 class Dump : public WithCaps {};
 CAPSTAN_INSTANTIATE_CAPS(Dump);
 
-// dump_to_string runs dump_threads into a memory stream.
-std::string dump_to_string() {
-  char* buf = nullptr;
-  std::size_t len = 0;
-  std::FILE* f = open_memstream(&buf, &len);
-  capstan::dump_threads(f);
-  std::fclose(f);
-  std::string s(buf, len);
-  std::free(buf);
-  return s;
-}
+using capstan_test::dump_to_string;
 
 // line_of returns the dump line of thread `id`, or "" (and fails if there
 // is more than one).
