@@ -84,7 +84,10 @@
 //    the old code: a futex wake-up, 5-24 us), and at most one tick when
 //    the ticker was not watching and its wake-up is slow;
 //  * the waiting threads run when the caller's timeslice ends or it
-//    blocks, as they would behind a plain function call;
+//    blocks, as they would behind a plain function call: the return from
+//    each call is a safe point (safe_call_leave), without which a thread
+//    making back-to-back calls kept the capability for as long as it
+//    called;
 //  * another thread's arrival in the inbox during any call still hands the
 //    capability over at once (notify_capability sees it free).
 // The ticker stops watching after kQuietPolls polls without a deferred
@@ -199,6 +202,7 @@ void safe_call_leave(safe_call_frame& f, bool f_threw) {
   Task* task = f.task;  // same OS thread: nothing switched
   Thread* cur = f.thread;
   Capability* cap = f.cap;
+  Capability* now = cap;  // the capability we run on after the call; null: look it up
   if (try_grab_capability(cap)) [[likely]] {
     task->in_safe_call.store(nullptr, std::memory_order_relaxed);
     take_capability(task, cap);
@@ -210,11 +214,21 @@ void safe_call_leave(safe_call_frame& f, bool f_threw) {
     // (errno included - see Note [TLS across a switch]); the switch itself
     // carries f's errno over in Thread::saved_errno.
     return_slow(task, cap, cur);
+    now = nullptr;
   }
   if (!f_threw && rt.shutting_down.load(std::memory_order_relaxed)) [[unlikely]]
     check_killed(cur);  // Note [Shutdown]: a call returning during shutdown
-  // An exception thrown to us during the call is raised as it returns.
-  if (!f_threw) raise_pending(cur, false);
+  if (f_threw) return;
+  // A safe point, as every runtime call is: a thread making back-to-back
+  // short calls keeps its capability through them (Note [Deferred
+  // hand-off]), and must still give it up when its timeslice has expired.
+  // yield_point_slow also raises what was thrown to us; else an exception
+  // thrown during the call is raised as it returns.
+  if (!now) now = my_task()->cap;
+  if (now->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    yield_point_slow();
+  else
+    raise_pending(cur, false);
 }
 
 }  // namespace capstan::detail

@@ -231,6 +231,33 @@ TEST_F(DeferredHandOff, ShortCallsKeepTheCapability) {
   });
 }
 
+// A thread that keeps its capability through back-to-back short calls
+// still gives it up when its timeslice expires: safe_call's return is a
+// safe point.  (It was not: the caller kept the capability for as long as
+// it made calls, and a thread queued behind it never ran.)  The loop gives
+// up after 3 s, so a failure ends the test instead of hanging it.
+TEST_F(DeferredHandOff, BackToBackShortCallsYieldWhenTheirTimesliceExpires) {
+  bool peer_ran_during_calls = false;
+  long calls = 0;
+  run(capstan_test::opts(1), [&] {
+    std::atomic<bool> peer_ran{false};
+    mvar<int> done;
+    fork_io([&] {  // queued behind main, on the one capability
+      peer_ran = true;
+      done.put(1);
+    });
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!peer_ran.load() && std::chrono::steady_clock::now() < give_up) {
+      calls += safe_call([] { return 1; });
+    }
+    peer_ran_during_calls = peer_ran.load();
+    done.take();
+  });
+  EXPECT_TRUE(peer_ran_during_calls) << "the queued thread never ran while main made " << calls
+                                     << " short safe calls";
+  EXPECT_GT(calls, 0);
+}
+
 TEST_F(DeferredHandOff, ABlockingCallHandsTheWaitingThreadsToASpare) {
   run(capstan_test::opts(1), [] {
     std::atomic<bool> peer_ran{false};
