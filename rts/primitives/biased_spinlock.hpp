@@ -64,12 +64,12 @@ class BiasedSpinLock {
   // lock takes the lock as its owner if the calling OS thread holds the
   // run's one capability, else as a visitor.
   void lock() noexcept { lock(detail::bias_owner_here()); }
-  // lock(owner) is lock() for a caller that knows better than the
-  // thread-local whether it holds the capability (an in-call that has
-  // claimed one but not yet taken it); owner must be false unless the
-  // run's locks are biased and the caller holds its capability.
-  void lock(bool owner) noexcept {
-    if (owner) [[likely]] {
+  // lock(holder) is lock() for a caller that says whether it holds the
+  // capability (an in-call that has claimed one but not yet taken it, and
+  // the runtime's own code, where the thread-local read is a call); the
+  // holder is the owner if the lock is biased.
+  void lock(bool holder) noexcept {
+    if (holder && biased_) [[likely]] {
       owner_in_.store(true, std::memory_order_relaxed);
       // Only a compiler barrier: a visitor's membarrier makes it a full one.
       std::atomic_signal_fence(std::memory_order_seq_cst);

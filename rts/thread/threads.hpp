@@ -119,21 +119,22 @@ inline std::uint64_t next_thread_id(Capability* cap) {
 // holder.  The callers say whether they hold the capability
 // (link_home's holder), rather than the lock asking the thread-local:
 // the runtime is built position-independent, where that read is a call.
-// Rejected: walking the thread slabs instead
-// of keeping lists (no writes at all on fork and finish, but every reader
-// would have to tell a live Thread from a cached one without a lock, and
-// a slab's Threads belong to no capability); per-capability lists without
-// a lock, written only by the home (a thread finishing elsewhere, as
-// pushed threads at -N2 do, would have to send itself home to be unlinked
-// and could not be recycled before).
+// Rejected: walking the thread slabs instead of keeping lists (no writes
+// at all on fork and finish, but every reader would have to tell a live
+// Thread from a cached one without a lock, and a slab's Threads belong to
+// no capability); per-capability lists without a lock, written only by
+// the home (a thread finishing elsewhere, as pushed threads at -N2 do,
+// would have to send itself home to be unlinked and could not be
+// recycled before).
+
 // link_home / unlink_from_home put t on / take it off its home's list of
 // live threads (found by shutdown, label_thread).  holder: the caller
-// holds that capability (its lock's owner in a run with biased locks).
+// holds that capability (the lock's owner, if it is biased).
 // Inline: a thread's fork and finish.
 inline void link_home(Capability* cap, Thread* t, bool holder) {
   t->home = cap;
   t->all_prev = nullptr;
-  cap->all_lock.lock(holder && rt.bias_locks);
+  cap->all_lock.lock(holder);
   t->all_next = cap->all_head;
   if (cap->all_head) cap->all_head->all_prev = t;
   cap->all_head = t;
@@ -142,12 +143,11 @@ inline void link_home(Capability* cap, Thread* t, bool holder) {
 
 inline void unlink_from_home(Thread* t, bool holder) {
   Capability* home = t->home;
-  home->all_lock.lock(holder && rt.bias_locks);
+  home->all_lock.lock(holder);
   if (t->all_prev) t->all_prev->all_next = t->all_next; else home->all_head = t->all_next;
   if (t->all_next) t->all_next->all_prev = t->all_prev;
   home->all_lock.unlock();
 }
-
 
 // thread_of finds the live Thread named by r, or null if it has finished or
 // r is from another run.  The result must still be checked against
