@@ -13,6 +13,7 @@
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -149,6 +150,10 @@ def main():
     for f in failures:
         print("FAIL:", f)
     print(f"trace_test: {len(failures)} failure(s)")
+    if failures:
+        print(f"trace_test: the traces are kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failures else 0
 
 
