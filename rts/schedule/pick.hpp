@@ -25,7 +25,7 @@ inline constexpr std::size_t kPushThreshold = 4;
 void push_work(Capability* cap);
 
 // pick returns the next thread to run on cap, or null.
-static inline Thread* pick(Capability* cap) {
+[[gnu::always_inline]] static inline Thread* pick(Capability* cap) {
   if (cap->bound_next) [[unlikely]] return nullptr;  // the scheduler context gives it away first
   // A quiescent point: whatever this capability did before (an mvar serve,
   // say) happens-before anyone who sees the new epoch.  Note [Killing a

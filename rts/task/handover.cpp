@@ -72,6 +72,7 @@ void take_capability(Task* task, Capability* cap) noexcept {
   cap->running_task.store(task, std::memory_order_release);
   cap->held_by_incall.store(task->kind == TaskKind::foreign, std::memory_order_relaxed);
   detail::tl_spark_pool = &cap->sparks;
+  detail::tl_preempt = &cap->context_switch;
   detail::tl_bias_owner = rt.bias_locks;  // Note [Biased locks]
 }
 
@@ -80,6 +81,7 @@ Capability* drop_capability(Task* task) noexcept {
   task->cap = nullptr;
   cap->current = nullptr;
   detail::tl_spark_pool = nullptr;
+  detail::tl_preempt = nullptr;
   detail::tl_bias_owner = false;
   return cap;
 }

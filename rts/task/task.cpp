@@ -37,6 +37,7 @@ __attribute__((noinline)) void set_my_task(Task* t) noexcept {
   tl_task_slot = t;
   if (!t) {
     detail::tl_spark_pool = nullptr;
+    detail::tl_preempt = nullptr;
     detail::tl_bias_owner = false;
   }
 }
@@ -44,6 +45,7 @@ __attribute__((noinline)) void set_my_task(Task* t) noexcept {
 void bind_task_to_this_os_thread(Task* t) {
   set_my_task(t);
   detail::tl_spark_pool = t && t->cap ? &t->cap->sparks : nullptr;
+  detail::tl_preempt = t && t->cap ? &t->cap->context_switch : nullptr;
   detail::tl_bias_owner = t && t->cap && rt.bias_locks;  // Note [Biased locks]
   t->errno_loc = &errno;
   t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());

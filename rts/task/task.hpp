@@ -27,12 +27,18 @@
 // (and therefore re-evaluated after every call), and never caches a Task*
 // or Capability* across a call that may switch: re-read my_task()->cap.
 //
-// User code sees one thread-local, the spark pool that par() and get() read
-// (detail::spark_pool_here in capstan/spark.hpp).  It is read inline only
-// where no thread pointer can be reused: code for an executable on x86-64,
-// where the read is a single %fs-relative load (the CPU takes %fs, which
-// the kernel switches with the OS thread, at every access).  Everywhere
-// else it is the noinline call detail::current_spark_pool().
+// User code sees three thread-locals, all set when a Task takes or drops
+// a capability (task/handover.cpp): the spark pool that par() and get()
+// read (detail::spark_pool_here in capstan/spark.hpp), the biased-lock
+// owner flag of an mvar's lock (detail::bias_owner_here in
+// capstan/detail/mvar_core.hpp) and the capability's context_switch word
+// that every runtime call's safe point tests (detail::safe_point_here in
+// capstan/detail/bridge.hpp).  Each is read inline only where no thread
+// pointer can be reused: code for an executable on x86-64, where the read
+// is a single %fs-relative load (the CPU takes %fs, which the kernel
+// switches with the OS thread, at every access).  Everywhere else it is a
+// noinline call (detail::current_spark_pool(), current_bias_owner(),
+// safe_point()).
 //
 // Every thread-local of the library uses the default TLS model (descriptors
 // on x86-64, -mtls-dialect=gnu2, and AArch64): libcapstan.so needs no

@@ -94,7 +94,7 @@ class chan {
 
   // write appends v, or hands it to the oldest blocked reader; never blocks.
   void write(T v) {
-    detail::safe_point();
+    detail::safe_point_here();
     put(std::move(v));
   }
 

@@ -57,9 +57,9 @@ thread_id self();
 void yield();
 
 // yield_point is a safe point: it yields if the timeslice has expired.
-// Cheap (a call and a load); call it in long loops that make no other
-// runtime call.
-inline void yield_point() { detail::safe_point(); }
+// Cheap (two loads and a test, inline); call it in long loops that make
+// no other runtime call.
+inline void yield_point() { detail::safe_point_here(); }
 
 // current_capability returns the number of the capability running the caller.
 unsigned current_capability();

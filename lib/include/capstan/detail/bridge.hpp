@@ -2,6 +2,7 @@
 // into the runtime.  Not part of the API: names here may change.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -91,6 +92,29 @@ thread_ref spawn(int cap, F&& f) {
 // thread.  Out of line on purpose: see Note [TLS across a switch] in
 // rts/task/task.hpp.
 void safe_point();
+
+// tl_preempt points at the context_switch word of the capability the
+// calling OS thread holds (the ticker, throwers and shutdown set it; a safe
+// point acts when it is not 0), or is null while it holds none.  Set with
+// tl_spark_pool wherever a Task takes or drops a capability
+// (rts/task/handover.cpp).
+extern constinit thread_local const std::atomic<std::uint32_t>* tl_preempt;
+
+// safe_point_here is safe_point() with its test inline: a word that is 0
+// (or no capability) costs two loads and no call.  Inline only where a
+// thread-local read cannot reuse another OS thread's thread pointer, as
+// spark_pool_here in capstan/spark.hpp; elsewhere it is the call.  A
+// non-zero word on a Task that runs no green thread (its scheduler
+// context) goes to safe_point(), which checks that and does nothing.
+inline void safe_point_here() {
+#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+  const std::atomic<std::uint32_t>* w = tl_preempt;
+  // Relaxed: a hint, as in safe_point(); the slow path's exchange acquires.
+  if (w && w->load(std::memory_order_relaxed) != 0) [[unlikely]] safe_point();
+#else
+  safe_point();
+#endif
+}
 
 // count_ended_by counts, for statistics(), a green thread whose function
 // ended by exception e although the thread itself ends normally because a

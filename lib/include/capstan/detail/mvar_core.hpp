@@ -406,7 +406,7 @@ struct core_op {
   wake_list woken;
   std::atomic<bool>* held = nullptr;  // the lock word held; null once park() has it
   explicit core_op(mvar_core& c) : core(c) {
-    safe_point();
+    safe_point_here();
     held = core.lock_held();
   }
   // no_checkpoint: an operation that must not throw, even at shutdown
