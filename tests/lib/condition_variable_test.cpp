@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <shared_mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -352,6 +353,39 @@ TEST_P(CondVar, WaitWithoutTheLockIsAClearError) {
     capstan::condition_variable cv;
     std::unique_lock<capstan::mutex> lk(m, std::defer_lock);
     EXPECT_THROW(cv.wait(lk), capstan::usage_error);
+  });
+}
+
+// condition_variable_any with a lock that does not own its mutex: a
+// usage_error before anything is queued (it was queued, then unlock()
+// threw, and the next notify served a waiter on a dead frame).  A lock
+// without owns_lock() whose unlock() throws leaves nothing queued either:
+// the next notify goes to a real waiter, which it wakes.
+TEST_P(CondVar, AnyWaitWithALockItDoesNotHoldLeavesNothingQueued) {
+  struct throwing_lock {
+    void lock() {}
+    void unlock() { throw std::runtime_error("not held"); }
+  };
+  run([&] {
+    capstan::mutex m;
+    capstan::condition_variable_any cv;
+    std::unique_lock<capstan::mutex> lk(m, std::defer_lock);
+    EXPECT_THROW(cv.wait(lk), capstan::usage_error);
+    std::shared_lock<capstan::shared_mutex> sl;  // no mutex at all
+    EXPECT_THROW(cv.wait_for(sl, std::chrono::seconds(1)), capstan::usage_error);
+    throwing_lock tl;
+    EXPECT_THROW(cv.wait(tl), std::runtime_error);
+    cv.notify_one();  // nobody queued: touches no dead frame
+    bool woke = false;
+    capstan::thread_id t = capstan::fork_io([&] {
+      std::unique_lock<capstan::mutex> g(m);
+      cv.wait(g);
+      woke = true;
+    });
+    while (capstan::state_of(t) != capstan::thread_state::blocked) capstan::yield();
+    cv.notify_one();  // the throwing waits left no entry to take this
+    while (capstan::state_of(t) != capstan::thread_state::finished) capstan::yield();
+    EXPECT_TRUE(woke);
   });
 }
 

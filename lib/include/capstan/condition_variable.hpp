@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <condition_variable>  // std::cv_status
 #include <exception>
 #include <mutex>
@@ -105,7 +106,15 @@ class cv_queue {
     } guard{*this, lk};
     core_.lock();
     core_.enqueue(w);
-    lk.unlock();  // Note [No lost notify]: after the enqueue
+    try {
+      lk.unlock();  // Note [No lost notify]: after the enqueue
+    } catch (...) {
+      // A lock whose unlock throws (one it does not hold, say): nobody can
+      // have served w, as that needs core_'s lock; leave as we came.
+      core_.remove(w);
+      core_.unlock();
+      throw;
+    }
     guard.released = true;
     const bool served = guard.served =
         ns < 0 ? (core_.park(w), true) : core_.park_timed(w, ns);
@@ -216,8 +225,10 @@ class condition_variable {
 // lock() and unlock() (BasicLockable): capstan::mutex itself,
 // std::unique_lock<capstan::shared_mutex>, std::shared_lock<...>.  Same
 // guarantees: FIFO, no lost notify, no spurious wake-ups, lk held again on
-// return however the wait ends.  lk must be held by the caller; its
-// unlock() must not throw, nor block, nor notify this condition variable
+// return however the wait ends.  lk must be held by the caller (a lock
+// with owns_lock() that does not own its mutex is a usage_error; an
+// exception from unlock() leaves wait with nothing queued and lk as it
+// was); its unlock() must not block nor notify this condition variable
 // (it runs while the wait is being queued).  Waiting with a lock that
 // blocks the OS thread (std::mutex) has the pitfall of std::mutex.
 class condition_variable_any {
@@ -280,6 +291,10 @@ class condition_variable_any {
   template <class Lock>
   std::cv_status wait_ns(Lock& lk, long long ns) {
     detail::mvar_core::blocking_point("capstan::condition_variable_any::wait");
+    if constexpr (requires { { lk.owns_lock() } -> std::convertible_to<bool>; }) {
+      if (!lk.owns_lock())
+        throw usage_error("capstan::condition_variable_any::wait: the lock does not own its mutex");
+    }
     return q_.wait(lk, ns) ? std::cv_status::no_timeout : std::cv_status::timeout;
   }
 
