@@ -222,7 +222,7 @@ void enqueue_new(Capability* cap, Thread* t, Capability* target) {
 // are still in cache, and it resumes after them.  New threads still go to
 // the back; this only shortens the forker's slice.  Memory for pending new
 // threads is bounded by the queue length rather than by the timeslice.
-detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int cap_no) {
+detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, long long cap_no) {
   Task* task = my_task();
   Capability* cap = task->cap;
   t->ops = ops;
@@ -250,7 +250,7 @@ detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int c
       throw;
     }
   } else if (cap_no >= 0) {
-    target = rt.caps[static_cast<unsigned>(cap_no) % rt.n_caps];
+    target = rt.caps[static_cast<unsigned long long>(cap_no) % rt.n_caps];
     t->locked = true;
   }
   cap->threads_created.add();  // only once nothing can fail: never undone
@@ -268,7 +268,7 @@ detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int c
 
 namespace capstan::detail {
 
-thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
+thread_slot thread_alloc(std::size_t size, std::size_t align, long long cap) {
   rts::Thread* t = rts::alloc_thread(size, align,
                                      cap == kBoundOsThread ? "capstan::fork_os"
                                      : cap < 0             ? "capstan::fork_io"
@@ -278,7 +278,7 @@ thread_slot thread_alloc(std::size_t size, std::size_t align, int cap) {
 
 void thread_discard(rts::Thread* thread) noexcept { rts::discard_thread(thread); }
 
-thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap) {
+thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, long long cap) {
   return rts::start_thread(thread, ops, cap);
 }
 

@@ -28,7 +28,7 @@ void schedule(Task* task);
 
 // start_thread makes an allocated thread runnable (fork_io, fork_on,
 // fork_os: cap_no as in detail::thread_start); returns its id.
-detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, int cap_no);
+detail::thread_ref start_thread(Thread* t, const detail::closure_ops* ops, long long cap_no);
 
 // switch_to_scheduler_capless leaves `cur` for the scheduler context of
 // `task`, which holds no capability (a safe call returning the slow way).

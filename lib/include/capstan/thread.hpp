@@ -46,7 +46,7 @@ thread_id fork_io(F&& f) {
 // num_capabilities() (GHC's forkOn): it never migrates.
 template <class F>
 thread_id fork_on(unsigned cap, F&& f) {
-  return thread_id{detail::spawn<F>(static_cast<int>(cap), std::forward<F>(f))};
+  return thread_id{detail::spawn<F>(static_cast<long long>(cap), std::forward<F>(f))};
 }
 
 // self returns the calling green thread's id.

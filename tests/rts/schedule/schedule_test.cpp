@@ -142,6 +142,26 @@ TEST_F(Wakeups, ALockedThreadIsWokenOnItsOwnCapabilityThroughTheInbox) {
   EXPECT_GE(s.capabilities[1].threads_received, 1u);
 }
 
+// fork_on takes any unsigned capability number modulo -N.  Numbers of 2^31
+// and above were cast to int on the way in: UINT_MAX - 1 became fork_os
+// (a new OS thread, bound) and UINT_MAX fork_io (not locked, on the
+// forker's capability).
+TEST_F(Wakeups, ForkOnTakesEveryCapabilityNumberModuloN) {
+  run(capstan_test::opts(2), [&] {
+    for (unsigned n : {0u, 1u, 2u, 3u, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu}) {
+      capstan::mvar<int> where;
+      capstan::mvar<bool> bound;
+      capstan::fork_on(n, [&] {
+        capstan::yield();  // a locked thread stays on its capability
+        bound.put(capstan::is_bound());
+        where.put(static_cast<int>(capstan::current_capability()));
+      });
+      EXPECT_FALSE(bound.take()) << n;
+      EXPECT_EQ(where.take(), static_cast<int>(n % 2)) << n;
+    }
+  });
+}
+
 TEST_F(Wakeups, AnUnlockedThreadFollowsItsWaker) {
   unsigned blocked_on = 99, woke_on = 99;
   run(capstan_test::opts(2), [&] {

@@ -22,8 +22,10 @@ struct Task;        // an OS thread known to the runtime
 
 namespace capstan::detail {
 
-inline constexpr int kAnyCapability = -1;
-inline constexpr int kBoundOsThread = -2;  // fork_os
+// Where a new thread goes: a capability number (fork_on: any unsigned,
+// taken modulo -N, so wider than int), or one of these.
+inline constexpr long long kAnyCapability = -1;
+inline constexpr long long kBoundOsThread = -2;  // fork_os
 
 // How the runtime runs and destroys a closure stored inside a thread.
 // invoke returns true if the closure returned, false if it ended by
@@ -68,14 +70,14 @@ struct thread_slot {
 
 // thread_alloc reserves a thread with `size` bytes of closure storage
 // (inline for small closures, so forking does not allocate).
-thread_slot thread_alloc(std::size_t size, std::size_t align, int cap);
+thread_slot thread_alloc(std::size_t size, std::size_t align, long long cap);
 // thread_discard gives back a thread whose closure failed to construct.
 void thread_discard(rts::Thread* thread) noexcept;
 // thread_start makes a constructed thread runnable; returns its name.
-thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, int cap);
+thread_ref thread_start(rts::Thread* thread, const closure_ops* ops, long long cap);
 
 template <class F>
-thread_ref spawn(int cap, F&& f) {
+thread_ref spawn(long long cap, F&& f) {
   using Fn = std::decay_t<F>;
   thread_slot s = thread_alloc(sizeof(Fn), alignof(Fn), cap);
   try {
