@@ -3,6 +3,8 @@
 // [Async threads] in capstan/async.hpp).
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <ranges>
 #include <stdexcept>
 #include <string>
@@ -515,6 +517,74 @@ TEST_P(Async, ShutdownWhileAScopeWaitsForItsChildDoesNotTerminate) {
   EXPECT_TRUE(child_unwound.load());
   EXPECT_TRUE(scope_left.load()) << "the scope's thread did not leave ~async";
   EXPECT_EQ(capstan::statistics().threads_abandoned, 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// An async kept past the run() that started it: its thread ended with
+// that run (shutdown killed it, and its report is in).  Destroying it
+// afterwards, on the plain thread or in a later run, was std::terminate
+// (~async masked, which needs a green thread; in a later run kill_thread
+// refused the earlier run's id); now it only reads the report.  wait() in
+// a later run returns what the thread left; off the runtime, wait and
+// cancel are errors that name themselves.
+TEST_P(Async, AnAsyncKeptPastItsRunIsDestroyedQuietly) {
+  std::optional<capstan::async<int>> sleeper, done, sleeper2, done2;
+  std::atomic<int> unwound{0};
+  run([&] {
+    auto sleep_long = [&] {
+      count_on_exit c{&unwound};
+      capstan::sleep_for(std::chrono::hours(1));
+      return 1;
+    };
+    sleeper.emplace(sleep_long);
+    sleeper2.emplace(sleep_long);
+    done.emplace([] { return 5; });
+    done2.emplace([] { return 6; });
+    while (!done->ready() || !done2->ready()) capstan::yield();
+  });
+  EXPECT_EQ(unwound.load(), 2);  // shutdown killed both sleepers
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const capstan::usage_error& e) {
+      return e.what();
+    }
+    return "(no usage_error)";
+  };
+  EXPECT_NE(message([&] { done->wait(); }).find("capstan::async::wait"), std::string::npos);
+  EXPECT_NE(message([&] { done->cancel(); }).find("capstan::async::cancel"), std::string::npos);
+  sleeper.reset();  // on the plain thread: reads the report, no terminate
+  done.reset();
+  run([&] {
+    EXPECT_EQ(done2->wait(), 6);
+    EXPECT_NO_THROW(sleeper2->cancel());
+    EXPECT_THROW(sleeper2->wait(), capstan::thread_killed);
+    sleeper2.reset();  // in a later run
+    done2.reset();
+  });
+}
+
+// Destroying an async on a plain OS thread while its thread still runs
+// cannot cancel nor wait: it says so and aborts, instead of leaving the
+// thread to report into a destroyed group.
+TEST(AsyncDeathTest, DestroyedOnAPlainThreadWhileItsThreadRuns) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        capstan::run(capstan_test::opts(1), [] {
+          auto a = std::make_unique<capstan::async<int>>([] {
+            capstan::sleep_for(std::chrono::hours(1));
+            return 1;
+          });
+          std::thread os([&] { a.reset(); });
+          os.join();
+        });
+      },
+      "capstan::async: destroyed on an OS thread that runs no green thread while its thread "
+      "still runs");
 }
 
 }  // namespace

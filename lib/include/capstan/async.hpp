@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <iterator>
@@ -209,7 +211,12 @@ class async_group {
   // cancel_all kills every running child and waits until each has finished.
   void cancel_all() {
     if (started_ == 0) return;
+    if (!mvar_core::can_block()) [[unlikely]] return cancel_off_runtime();
     mask_guard g(mask_state::masked_uninterruptible);  // left without raising
+    // The reports already in first: a group that outlived the run which
+    // started its children (an async kept past run()) has them all, and
+    // its ids name threads of an earlier run, which kill_thread refuses.
+    while (started_ != 0 && any_unseen()) next_finished();
     for (std::size_t i = 0; i < ids_.size(); ++i)
       if (!reported_[i] && ids_[i] != thread_id{}) kill_child(ids_[i]);
     while (started_ != 0) {
@@ -223,6 +230,26 @@ class async_group {
   }
 
  private:
+  // cancel_off_runtime is cancel_all on an OS thread that runs no green
+  // thread: after the run that started the children (shutdown destroyed
+  // every child's closure, which reported), or on a plain thread.  Reading
+  // the reports is then all there is to do.  A child still running can be
+  // neither killed nor waited for from here, and its report would land in
+  // a destroyed group: a fatal misuse, said before aborting.
+  [[gnu::cold, gnu::noinline]] void cancel_off_runtime() noexcept {
+    while (started_ != 0) {
+      std::optional<std::size_t> i = done_.try_read();
+      if (!i) {
+        std::fputs("capstan::async: destroyed on an OS thread that runs no green thread while its "
+                   "thread still runs; destroy, cancel or wait for it on a green thread\n",
+                   stderr);
+        std::abort();
+      }
+      reported_[*i] = 1;
+      --started_;
+    }
+  }
+
   std::vector<thread_id> ids_;   // [owner: the caller] child i's thread, once started
   std::vector<char> reported_;   // [owner: the caller] child i's report was read
   std::size_t started_ = 0;      // [owner: the caller] started, report not yet read
@@ -234,7 +261,11 @@ class async_group {
 // async<R> runs a function in a new green thread (Haskell's withAsync):
 // wait for its result, or cancel it.  Move-only; destroying (or assigning
 // over) an async whose thread still runs cancels that thread and waits for
-// it, so a scope never leaks a thread.  Needs a green thread.
+// it, so a scope never leaks a thread.  Needs a green thread; an async
+// kept past the run() that started it may be destroyed anywhere (its
+// thread ended with that run), and waited for only by a green thread of a
+// later run.  Destroying one on a plain OS thread while its thread runs is
+// a fatal error, said on stderr.
 template <class R>
 class async {
   static_assert(!std::is_reference_v<R>, "capstan::async: the function must return a value, not a reference");
@@ -254,6 +285,7 @@ class async {
   // still waits, from another thread - is a usage_error.
   R wait() {
     state& s = get("wait");
+    detail::mvar_core::blocking_point("capstan::async::wait");
     {
       std::lock_guard<mutex> g(s.lock);  // Note [Sharing an async]
       if (s.waited) throw usage_error("capstan::async::wait: the result was already taken by an earlier wait()");
@@ -275,9 +307,13 @@ class async {
   // another waits (Note [Sharing an async]).
   void cancel() {
     state& s = get("cancel");
+    detail::mvar_core::blocking_point("capstan::async::cancel");
     uninterruptible_mask([&] {  // Haskell's uninterruptibleCancel, as cancel_all
       if (s.collected.load(std::memory_order_acquire)) return;
-      detail::async_group::kill_child(s.group.id(0));  // a no-op once it has finished; ids are never reused
+      // A no-op once it has finished (ids are never reused); skipped when
+      // its report is in, which also covers an async kept from an earlier
+      // run, whose id kill_thread refuses.
+      if (!s.group.any_unseen()) detail::async_group::kill_child(s.group.id(0));
       std::lock_guard<mutex> g(s.lock);
       for (;;) {
         try {
