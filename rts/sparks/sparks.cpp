@@ -338,6 +338,8 @@ void spark_force_slow(spark_base* s) {
     unsigned st = s->state.load(std::memory_order_acquire);
     if (st == spark_base::done) return;
     if (st == spark_base::stolen) {
+      // Only a green thread can wait (named here, not as the mvar under it).
+      require_green_thread("capstan::spark::get");
       // Done, or given back (give_back): look again.
       wait_stolen(s, /*interruptible=*/true);
       continue;

@@ -393,6 +393,14 @@ TEST_P(Sync, FutureCarriesExceptionsAndVoidAndBrokenPromises) {
     capstan::fork_io([&] { pe.set_exception(std::make_exception_ptr(std::runtime_error("bad"))); });
     EXPECT_THROW(fe.get(), std::runtime_error);
 
+    // A null exception_ptr is refused, and the promise stays unsatisfied.
+    capstan::promise<std::string> pn;
+    auto fn = pn.get_future();
+    EXPECT_THROW(pn.set_exception(nullptr), capstan::usage_error);
+    EXPECT_FALSE(fn.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready);
+    pn.set_value("set");
+    EXPECT_EQ(fn.get(), "set");
+
     capstan::future<int> fb;
     {
       capstan::promise<int> dies;

@@ -17,8 +17,9 @@
 #include <utility>
 #include <variant>
 
-#include "capstan/detail/mvar_core.hpp"
 #include "capstan/detail/duration.hpp"
+#include "capstan/detail/mvar_core.hpp"
+#include "capstan/errors.hpp"
 
 namespace capstan {
 
@@ -178,9 +179,11 @@ class promise {
     need_state();
     state_->set([](detail::future_state<T>& s) { s.value.emplace(); });
   }
-  // set_exception stores e, which get() will throw.
+  // set_exception stores e, which get() will throw; a null e is a
+  // usage_error (get() would have had neither a value nor an exception).
   void set_exception(std::exception_ptr e) {
     need_state();
+    if (!e) throw usage_error("capstan::promise::set_exception: the exception_ptr is null");
     state_->set([&](detail::future_state<T>& s) { s.error = std::move(e); });
   }
 

@@ -359,6 +359,36 @@ TEST_F(SparkSteal, GetWaitsForASparkRunningElsewhere) {
   EXPECT_GE(capstan::statistics().capabilities[1].steals, 1u);
 }
 
+// get() from a plain OS thread on a spark that another capability runs
+// cannot wait: the usage_error names spark::get (it named an mvar
+// operation, the wait under it), and the spark is left to its maker.
+TEST_F(SparkSteal, AGetFromAPlainThreadOnAStolenSparkNamesItself) {
+  std::atomic<bool> started{false};
+  std::string said;
+  int got = 0;
+  run(capstan_test::opts(2), [&] {
+    capstan::mvar<int> go;
+    auto s = capstan::par([&] {
+      started = true;
+      return go.take() + 1;  // blocks the spark thread on capability 1
+    });
+    while (!started.load()) capstan::yield();
+    std::thread os([&] {
+      try {
+        (void)s.get();
+        said = "(returned)";
+      } catch (const capstan::usage_error& e) {
+        said = e.what();
+      }
+    });
+    os.join();
+    go.put(1);
+    got = s.get();
+  });
+  EXPECT_NE(said.find("capstan::spark::get"), std::string::npos) << said;
+  EXPECT_EQ(got, 2);
+}
+
 // Waits until `s`, a spark made by the calling thread, has been stolen by
 // the idle capability 1 and is running there (`started`): yielding is a
 // poll point at which the steal request is answered.
