@@ -63,6 +63,9 @@
 
 #include <sched.h>
 
+#include <cstdlib>
+#include <new>
+
 #include "capstan/errors.hpp"
 #include "primitives/clock.hpp"
 #include "primitives/spin.hpp"
@@ -231,7 +234,12 @@ void spark_pool_init(Capability* cap, std::size_t capacity) {
   std::size_t n = 1;
   while (n < capacity) n <<= 1;
   spark_pool& p = cap->sparks;
-  p.slots = new spark_base*[n]();
+  // calloc, not new[](): a large ring comes straight from mmap as zero
+  // pages, so only the slots a program reaches cost memory (+RTS -e may
+  // ask for 2^24 slots a capability; zero-filling them made 128 MiB
+  // resident each, whether or not a spark was ever made).
+  p.slots = static_cast<spark_base**>(std::calloc(n, sizeof(spark_base*)));
+  if (!p.slots) throw std::bad_alloc();
   p.mask = n - 1;
   p.top.store(0);
   p.bottom.store(0);
@@ -247,7 +255,7 @@ void spark_pool_release(Capability* cap) noexcept {
   for (std::uint64_t i = p.bottom.load(); i < p.top.load(); ++i)
     if (p.slots[i & p.mask]) detail::bump(p.gcd);
   for (; cap->n_stolen_sparks; --cap->n_stolen_sparks) detail::bump(p.gcd);
-  delete[] p.slots;
+  std::free(p.slots);
   p.slots = nullptr;
 }
 
