@@ -117,8 +117,9 @@ struct alignas(64) Capability {
   detail::spark_base* stolen_sparks[kStealBatch] = {};  // [owner] stolen, not yet run
   // [owner writes; atomic] the backlog's length.  Read by the ticker too
   // (a capability left free by a safe call may hold a backlog: Note
-  // [Deferred hand-off]); every access is the default seq_cst, a few per
-  // steal.
+  // [Deferred hand-off]) and deadlock detection (resting).  Written with
+  // the default seq_cst, a few per steal; the owner's own test in yield
+  // reads it relaxed.
   std::atomic<unsigned> n_stolen_sparks{0};
 
   // Spare Tasks parked until given this capability.

@@ -2,8 +2,9 @@
 // calling OS thread runs foreign code (GHC's suspendThread/resumeThread).
 //
 // Policy.  Entering a safe call releases the capability *lazily*: if the
-// capability has nothing else to run, it is only marked free (one seq_cst
-// store), and the caller takes it back on return with one CAS - no other
+// capability has nothing else to run, it is only marked free (one release
+// store: Note [Lazy release]), and the caller takes it back on return with
+// one CAS - no other
 // OS thread is involved.  If it has work (runnable threads, sparks), or
 // work arrives while the call is in progress (Note [Handing over a
 // capability]: whoever sends it claims the free capability), a spare Task
@@ -71,7 +72,7 @@
 // this is: release the capability without handing it over, and let a
 // monitor retake it only from a call that is still running some time
 // later (sysmon's retake, 20 us to 10 ms).  Here the call releases with a
-// seq_cst store, counts itself in deferred_calls, and makes sure the ticker
+// seq_cst exchange, counts itself in deferred_calls, and makes sure the ticker
 // is watching (Ticker::watch_deferred_calls: one load when it already is;
 // the hand-shake that keeps a release from going unwatched is next to it
 // in runtime/ticker.cpp).  While watching, the ticker looks every

@@ -34,7 +34,7 @@ class Event {
     }
     detail::waiter w(detail::waiter::runtime_event);
     core_.enqueue(w);
-    core_.park(w);  // only bound threads wait: they are never killed
+    core_.park(w);  // only main waits (run_main): shutdown never kills it
   }
 
  private:

@@ -13,8 +13,9 @@ namespace capstan::rts {
 void idle(Task* task, Capability* cap);
 
 // resting: nothing runs on cap and nothing waits for it - it is idle, or
-// it is free (no Task holds it) with an empty run queue, inbox and spark
-// pool, as a bound or in-call Task leaves it when its thread finishes.  A
+// it is free (no Task holds it) with an empty run queue, inbox, spark pool
+// and stolen-spark backlog (whose makers may wait in get()), as a bound
+// or in-call Task leaves it when its thread finishes.  A
 // free capability whose spare the OS refused keeps its work, sparks
 // included, until the ticker's retry starts one (Note [No OS thread for a
 // spare] in task/handover.cpp); a spark may be what a blocked thread waits
@@ -24,7 +25,8 @@ void idle(Task* task, Capability* cap);
 inline bool resting(const Capability* c) noexcept {
   if (c->idle.load(std::memory_order_relaxed)) return true;
   return c->hold.load(std::memory_order_seq_cst) == Hold::free && c->run_queue.size() == 0 &&
-         !c->inbox.nonempty_seq_cst() && c->sparks.size() == 0;
+         !c->inbox.nonempty_seq_cst() && c->sparks.size() == 0 &&
+         c->n_stolen_sparks.load() == 0;
 }
 
 // ticker_judgement_changed: something the parked ticker's last judgement

@@ -27,9 +27,10 @@ void push_work(Capability* cap);
 // pick returns the next thread to run on cap, or null.
 [[gnu::always_inline]] static inline Thread* pick(Capability* cap) {
   if (cap->bound_next) [[unlikely]] return nullptr;  // the scheduler context gives it away first
-  // A quiescent point: whatever this capability did before (an mvar serve,
-  // say) happens-before anyone who sees the new epoch.  Note [Killing a
-  // blocked thread].
+  // A scheduling decision: the epoch tells the hog warner and the stall
+  // watchers that this capability made progress (Note [Warning about a
+  // hog], Note [Stealing from a stalled capability]); release, for the
+  // warner's acquire load of it.
   cap->sched_epoch.store(cap->sched_epoch.load(std::memory_order_relaxed) + 1,
                          std::memory_order_release);
   if (rt.stop.load(std::memory_order_relaxed)) [[unlikely]] return nullptr;

@@ -43,12 +43,15 @@
 //       runs elsewhere (and see Note [Wake-up affinity])
 //   new thread (fork_io)                             -> back, as GHC's
 //       scheduleThread, so a forking loop cannot starve older threads
-//   interrupted (kInterrupt: a stop-the-world request - today shutdown,
-//       later a change of the number of capabilities) -> front: it stopped
-//       for no fault of its own, so it keeps its place and its cache; in
-//       practice it handles the interrupt and simply continues.
-// kInterrupt is advisory (a plain store of the flag may clear it): whatever
-// must not be lost has a flag of its own, e.g. rt.shutting_down.
+//   interrupted (kInterrupt: shutdown, a thrower with an exception for a
+//       thread here, switch_to finding one pending for the thread it
+//       switches to) -> front: it stopped for no fault of its own, so it
+//       keeps its place and its cache; in practice it handles the interrupt
+//       and simply continues.
+// Every bit is set with fetch_or and cleared only by an RMW that reads it
+// (Note [Raising asynchronously] relies on that), never by a plain store;
+// and whatever must not be lost also has a flag of its own
+// (rt.shutting_down, a thread's async_pending).
 // Back for fairness (round robin), front for anything that is not about
 // fairness; the context-switch flag is cleared when the switch is actually
 // made, not before a thread runs, so a tick is never lost (GHC clears it
@@ -147,7 +150,10 @@ void switch_to_scheduler_capless(Task* task, Thread* cur) {
 
 void move_off_bound_task(Task* task, Thread* cur) {
   Capability* cap = task->cap;
-  requeue_running(task, cap, cur, true);  // bound, so never stolen; but uniform
+  // cur is unbound (it runs on a bound Task that is not its own), so a
+  // thief or push_work could take it: requeue_running's `leaving` keeps
+  // them off until the switch below has left its stack.
+  requeue_running(task, cap, cur, true);
   task->give_cap_to_spare = true;  // done by our scheduler context
   switch_to(task, cap, cur, nullptr, false, SwitchWhy::migrated);
 }

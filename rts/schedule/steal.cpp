@@ -199,7 +199,9 @@ StallLook look_for_stalls(Capability* cap) {
 void wake_watcher(std::int64_t now) noexcept {
   if (!stealing_possible()) return;
   rt.watch_request_ns.store(now, std::memory_order_relaxed);  // a spinner about to sleep looks
-  // At most one wake-up per kWatchWakeGapNs (see the Note).  A capability
+  // At most one wake-up per kWatchWakeGapNs (see the Note).
+  if (now - rt.last_watch_wake_ns.load(std::memory_order_relaxed) < kWatchWakeGapNs) return;
+  // A capability
   // that looks as if it spins does not stop us: with more capabilities
   // than CPUs its OS thread may be off the CPU for the whole judgement (at
   // -N8 on two cores `hog`'s 200 threads waited 1.2-21 ms for the ticker,

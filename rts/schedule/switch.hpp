@@ -140,7 +140,9 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
       cap->context_switch.fetch_or(kInterrupt, std::memory_order_relaxed);
     cap->context_switches.add();
     if (rt.switch_every_safe_point) [[unlikely]]
-      cap->context_switch.store(kTimesliceExpired, std::memory_order_relaxed);
+      // An RMW, never a plain store, which could clear a thrower's
+      // kInterrupt (Note [Requeue front or back]).
+      cap->context_switch.fetch_or(kTimesliceExpired, std::memory_order_relaxed);
     target = to->sp;
   } else {
     if (cap) cap->current = nullptr;  // null: a capless Task back from a safe call

@@ -62,8 +62,8 @@
 #include "sparks/pool.hpp"
 
 #include <sched.h>
+#include <sys/mman.h>
 
-#include <cstdlib>
 #include <new>
 
 #include "capstan/errors.hpp"
@@ -234,12 +234,15 @@ void spark_pool_init(Capability* cap, std::size_t capacity) {
   std::size_t n = 1;
   while (n < capacity) n <<= 1;
   spark_pool& p = cap->sparks;
-  // calloc, not new[](): a large ring comes straight from mmap as zero
-  // pages, so only the slots a program reaches cost memory (+RTS -e may
-  // ask for 2^24 slots a capability; zero-filling them made 128 MiB
-  // resident each, whether or not a spark was ever made).
-  p.slots = static_cast<spark_base**>(std::calloc(n, sizeof(spark_base*)));
-  if (!p.slots) throw std::bad_alloc();
+  // mmap, not new[](): the ring comes as zero pages the kernel provides
+  // when first touched, so only the slots a program reaches cost memory
+  // (+RTS -e may ask for 2^24 slots a capability; zero-filling them made
+  // 128 MiB resident each, whether or not a spark was ever made).  Not
+  // calloc either: with MALLOC_PERTURB_ set, glibc zero-fills that too.
+  void* ring = ::mmap(nullptr, n * sizeof(spark_base*), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ring == MAP_FAILED) throw std::bad_alloc();
+  p.slots = static_cast<spark_base**>(ring);
   p.mask = n - 1;
   p.top.store(0);
   p.bottom.store(0);
@@ -255,7 +258,7 @@ void spark_pool_release(Capability* cap) noexcept {
   for (std::uint64_t i = p.bottom.load(); i < p.top.load(); ++i)
     if (p.slots[i & p.mask]) detail::bump(p.gcd);
   for (; cap->n_stolen_sparks; --cap->n_stolen_sparks) detail::bump(p.gcd);
-  std::free(p.slots);
+  if (p.slots) ::munmap(p.slots, (p.mask + 1) * sizeof(spark_base*));
   p.slots = nullptr;
 }
 
@@ -345,7 +348,8 @@ using namespace capstan::rts;
 // A spark made while some capability sleeps wakes exactly one sleeper - the
 // first whose spark_wake flag it manages to set - and only if none is
 // already on its way (a set flag), so a burst of par() wakes one capability,
-// not a herd.  The woken capability clears its flag when it leaves idle();
+// not a herd.  The woken capability clears its flag after each park in
+// idle(), when it wakes;
 // if it finds more sparks than it can run, its own par() calls and the next
 // pushes wake the next sleeper.  Parker::unpark is sticky, so a sleeper that
 // has not reached its futex yet still wakes.

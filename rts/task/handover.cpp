@@ -106,7 +106,8 @@ bool wait_for_capability(Task* task) noexcept {
 
 bool try_grab_capability(Capability* cap) noexcept {
   Hold h = Hold::free;
-  // acquire: the releaser's writes to the capability (its seq_cst store).
+  // acquire: the releaser's writes to the capability (its release store,
+  // or the seq_cst exchange of a hand-off).
   return cap->hold.load(std::memory_order_relaxed) == Hold::free &&
          cap->hold.compare_exchange_strong(h, Hold::held, std::memory_order_acq_rel,
                                            std::memory_order_relaxed);

@@ -2,14 +2,19 @@
 //
 // Every stack has a guard page below it (stack.hpp); running into it raises
 // SIGSEGV on the overflowing stack, where no handler could run.  So every
-// runtime OS thread (Task) gets an alternate signal stack, and one SIGSEGV
+// OS thread the runtime makes or runs on from the start (main's, workers,
+// spares, fork_os threads) gets an alternate signal stack, and one SIGSEGV
 // handler (SA_ONSTACK | SA_SIGINFO) checks whether the faulting address is
 // in the guard page of the green thread its Task is running.  If so it writes
 // "capstan: stack overflow in thread N (label)..." with write(2) - async-
 // signal-safe - and re-raises with the previous disposition, so core dumps
 // and debuggers still see the fault.  Any other SIGSEGV goes straight to the
 // previous handler.  An overflow cannot become a C++ exception: unwinding
-// out of a signal handler is undefined behaviour.
+// out of a signal handler is undefined behaviour.  A foreign OS thread that
+// calls in (call_in) keeps the signal stack it has, if any: the runtime
+// does not change a thread it does not own, so an overflow there is
+// reported by name only if that thread set up an alternate stack itself,
+// and is otherwise the kernel's plain SIGSEGV.
 #pragma once
 
 namespace capstan::rts {

@@ -6,8 +6,10 @@
 //   worker   - made by the runtime: one per capability at start, and spares
 //              that take a capability over while its Task is in a safe call;
 //   os_bound - made by fork_os for one bound green thread;
-//   foreign  - an OS thread that entered through call_in (or a Task nested
-//              inside its own safe call), for one bound in-call thread.
+//   foreign  - an OS thread that entered through call_in, for one bound
+//              in-call thread.  A Task that calls in from inside its own
+//              safe call keeps its kind (in_call.cpp saves and restores
+//              its scheduler context instead).
 // Every kind runs green threads while it holds a capability - a bound
 // Task runs unbound threads too (Note [Bound threads] in schedule/schedule.cpp).
 // A Task has its own native "scheduler context": the stack it entered
