@@ -43,7 +43,7 @@ struct spark_base;
 // by *asking* (request) instead of by stealing concurrently.  top/bottom are
 // atomics only so that thieves may read them as a size hint; the owner
 // writes them with relaxed load+store pairs, which compile to plain moves.
-// See Note [Spark pools] in rts/sparks/sparks.cpp.
+// See Note [Spark pools] in rts/sparks/pool.cpp.
 struct spark_pool {
   std::atomic<std::uint64_t> top{0};     // next free index (owner end)
   std::atomic<std::uint64_t> bottom{0};  // oldest index (the end idle capabilities get)
@@ -120,7 +120,7 @@ struct spark_base {
 };
 
 // Capabilities asleep in their idle loop; par() wakes one of them (Note
-// [Waking capabilities for sparks] in rts/sparks/sparks.cpp).
+// [Waking capabilities for sparks] in rts/sparks/pool.cpp).
 extern std::atomic<unsigned> g_spark_sleepers;
 
 // Out-of-line halves (rts/sparks/sparks.cpp).

@@ -5,9 +5,11 @@
 // capability early still ends in sleep.
 #include <atomic>
 #include <chrono>
+#include <memory>
 
 #include "capstan_test.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/idle.hpp"
 
 namespace {
 
@@ -101,6 +103,26 @@ TEST_F(Idle, AHuntNextToABusySparkMakerStillSleeps) {
   });
   EXPECT_TRUE(ran_there);
   EXPECT_TRUE(slept_again) << "capability 1 kept hunting next to a busy capability with an empty pool";
+}
+
+}  // namespace
+
+namespace {
+
+// resting() - what deadlock detection and the ticker take for "nothing
+// runs here and nothing waits for it" - is false for a free capability
+// that still holds stolen sparks not yet run: their makers may wait in
+// get() for them (a capability a bound or in-call Task left free, its
+// spare refused by the OS).  It used to look only at the pool.
+TEST(Resting, AFreeCapabilityWithAStolenSparkBacklogIsNotResting) {
+  auto c = std::make_unique<capstan::rts::Capability>();
+  c->hold.store(Hold::free);
+  EXPECT_TRUE(capstan::rts::resting(c.get()));
+  c->n_stolen_sparks.store(1);
+  EXPECT_FALSE(capstan::rts::resting(c.get()));
+  c->n_stolen_sparks.store(0);
+  c->hold.store(Hold::held);
+  EXPECT_FALSE(capstan::rts::resting(c.get()));
 }
 
 }  // namespace

@@ -364,7 +364,9 @@ class StealProtocol : public ::testing::Test {
     rt.caps.clear();
     rt.n_caps = 0;
     rt.shutting_down.store(was_shutting_down_);
-    capstan::detail::tl_spark_pool = nullptr;
+    capstan::detail::tl_spark_pool = nullptr;  // own_victim's take_capability set these
+    capstan::detail::tl_preempt = nullptr;
+    capstan::detail::tl_bias_owner = false;
   }
   Capability* victim() { return caps_[0].get(); }
   Capability* thief() { return caps_[1].get(); }

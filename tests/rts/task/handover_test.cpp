@@ -252,7 +252,11 @@ struct Held {
     spare.last_cap = &cap;
     EXPECT_TRUE(capstan::rts::become_spare(&spare));
   }
-  ~Held() { capstan::detail::tl_spark_pool = nullptr; }  // take_capability set it
+  ~Held() {  // take_capability set them; cap dies with us
+    capstan::detail::tl_spark_pool = nullptr;
+    capstan::detail::tl_preempt = nullptr;
+    capstan::detail::tl_bias_owner = false;
+  }
 };
 
 TEST_F(HandOver, ReleasingAnEmptyCapabilityMakesItFree) {
