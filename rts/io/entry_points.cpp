@@ -211,8 +211,22 @@ void io_close_fd(int fd) {
   require_green_thread("capstan::close_fd");
   if (fd < 0)
     throw usage_error(fmt::format("capstan::close_fd: fd {} is not a file descriptor", fd));
-  io.ensure_started();
-  Request* r = new_request(Op::close_fd);
+  Request* r;
+  try {
+    io.ensure_started();
+    r = new_request(Op::close_fd);
+  } catch (...) {
+    // No IO manager (it could not start: no fds, no thread) or no memory
+    // for the request.  The fd is closed all the same, without waiting:
+    // its owner has let go of it (a connection marked closed never closes
+    // it again), so a close that gave up here would leak it for good, and
+    // one that threw would invite a retry that closes whatever file reuses
+    // the number.  io_close_fd_nowait closes it here when the IO manager
+    // is not running (nothing of its can hold the fd), else hands it over
+    // without allocating; an error of that close(2) goes unreported.
+    io_close_fd_nowait(fd);
+    return;
+  }
   r->fd = fd;
   io.push(&r->submit);
   await(r, IoWait::close_fd, fd);

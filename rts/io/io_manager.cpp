@@ -301,9 +301,13 @@ void IoManager::start() {
                  uv_strerror(crc));
     throw;
   }
-  started_.store(true, std::memory_order_release);
   // release: pairs with enter_gate's acquire (Note [Pushing from any thread]).
+  // The gate opens first: a green thread that sees started_ may park on a
+  // connection at once, and a plain OS thread's close() of it then pushes
+  // an interrupt, which a gate still shut would drop (the waiter parked
+  // until the peer sent something).
   gate_.fetch_or(kGateOpen, std::memory_order_release);
+  started_.store(true, std::memory_order_release);
 }
 
 void IoManager::thread_main() {

@@ -50,7 +50,8 @@ bool wait_writable_for(int fd, const std::chrono::duration<Rep, Period>& d) {
 // closes it (GHC's closeFdWith).  Close fds others may wait on only so.
 // Throws usage_error for an fd a capstan::net socket owns (call its
 // close()).  Ended by an exception while it waits (a kill, a timeout), it
-// has still closed fd, or will: never retry it.
+// has still closed fd, or will: never retry it.  If the IO manager cannot
+// start (no fds or threads left), it closes fd on the calling thread.
 void close_fd(int fd);
 
 }  // namespace capstan

@@ -991,3 +991,31 @@ TEST(IoManagerLinger, TwoLingeringClosesRunSideBySide) {
     ::close(listener[i]);
   }
 }
+
+namespace {
+
+// close_fd when the IO manager cannot start (no fds for its loop, no OS
+// thread): the fd is closed all the same, on the calling thread.  It used
+// to throw with fd still open, and a capstan::net connection, already
+// marked closed, never closed it: one fd leaked per close, where fds
+// were what ran out.
+TEST(IoManagerLifeCycle, CloseFdClosesEvenWhenTheIoManagerCannotStart) {
+  capstan::run(capstan_test::opts(1), [] {
+    io_test_hooks.start_fault = [](const char* s) { return std::strcmp(s, "uv_loop_init") == 0 ? -EMFILE : 0; };
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    int before = open_fd_count();
+    EXPECT_NO_THROW(capstan::close_fd(fds[0]));
+    EXPECT_EQ(::fcntl(fds[0], F_GETFD), -1) << "fd left open";
+    EXPECT_EQ(open_fd_count(), before - 1);
+    // A net connection adopting the other end, closed the same way.
+    {
+      capstan::net::connection c(fds[1]);
+      EXPECT_NO_THROW(c.close());
+    }
+    EXPECT_EQ(::fcntl(fds[1], F_GETFD), -1) << "the connection's fd left open";
+    io_test_hooks.start_fault = nullptr;
+  });
+}
+
+}  // namespace
