@@ -184,21 +184,30 @@ class mvar {
     }
     value_.emplace(std::move(v));
   }
-  // take_value empties a full mvar (lock held) and returns its value.
+  // take_value empties a full mvar (lock held) and returns its value; the
+  // mvar just became empty, so any waiter is a putter, and the oldest
+  // one's value goes in and it is woken.  If moving that value in throws,
+  // the take does not happen: the value goes back, the putter stays
+  // queued, and the exception leaves the take.  (Left empty with a putter
+  // queued, the mvar's next put took the putter's T for a taker's slot.)
   T take_value(detail::wake_list& woken) {
     T v = std::move(*value_);
     value_.reset();
-    refill_from_putter(woken);
-    return v;
-  }
-  // refill_from_putter: the mvar just became empty (lock held), so any
-  // waiter is a putter; the oldest one's value goes in and it is woken.
-  void refill_from_putter(detail::wake_list& woken) {
     if (detail::waiter* w = core_.front()) {
-      value_.emplace(std::move(*static_cast<T*>(w->slot)));
+      try {
+        value_.emplace(std::move(*static_cast<T*>(w->slot)));
+      } catch (...) {
+        put_back(std::move(v));
+        throw;
+      }
       woken.add(core_.serve(*w));
     }
+    return v;
   }
+  // put_back restores a value take_value had moved out.  A T whose move
+  // throws twice in a row ends the program here (noexcept) rather than
+  // leave an empty mvar with a putter queued.
+  void put_back(T&& v) noexcept { value_.emplace(std::move(v)); }
 
   detail::mvar_core core_;
   std::optional<T> value_;  // guarded by core_'s lock

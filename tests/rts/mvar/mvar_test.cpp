@@ -2,6 +2,7 @@
 // readers, try_ operations, orphaned waiters, calls from plain OS threads.
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -189,6 +190,52 @@ TEST_P(MVar, AKilledThreadNeverLosesOrDuplicatesAValue) {
       ASSERT_EQ(seen[v], 1) << "value " << v << (seen[v] ? " duplicated" : " lost") << " in round "
                             << round;
   }
+}
+
+// A T whose move may throw (one with a user-declared destructor and a
+// copying "move", say).  A take that refills the mvar from a queued putter
+// moves the putter's value in; when that throws, the take does not happen:
+// the mvar keeps its value and the putter stays queued.  It used to be
+// left empty with the putter queued, and the next put wrote into the
+// putter's T as if it were a taker's slot.
+struct throwing_move {
+  static inline int throw_at = 0;  // the throw_at-th move from now throws
+  int v = 0;
+  explicit throwing_move(int x) : v(x) {}
+  throwing_move(const throwing_move& o) : v(o.v) {}
+  throwing_move(throwing_move&& o) : v(o.v) {
+    if (throw_at > 0 && --throw_at == 0) throw std::runtime_error("move");
+  }
+  throwing_move& operator=(const throwing_move&) = default;
+  ~throwing_move() {}
+};
+
+TEST_P(MVar, ATakeWhoseRefillThrowsLeavesTheMVarAsItWas) {
+  run([&] {
+    capstan::mvar<throwing_move> m;
+    m.put(throwing_move(1));
+    bool putter_done = false;
+    capstan::thread_id p = capstan::fork_io([&] {
+      m.put(throwing_move(2));  // blocks: full
+      putter_done = true;
+    });
+    while (m.waiting() == 0) capstan::yield();
+    // The first move takes the value out; the second, the putter's in, throws.
+    throwing_move::throw_at = 2;
+    EXPECT_THROW(m.take(), std::runtime_error);
+    throwing_move::throw_at = 2;
+    EXPECT_THROW(m.try_take(), std::runtime_error);
+    throwing_move::throw_at = 0;
+    EXPECT_FALSE(m.is_empty());
+    EXPECT_EQ(m.waiting(), 1u) << "the putter left the queue unserved";
+    EXPECT_FALSE(putter_done);
+    EXPECT_EQ(m.take().v, 1);  // refills from the putter now
+    while (capstan::state_of(p) != capstan::thread_state::finished) capstan::yield();
+    EXPECT_TRUE(putter_done);
+    EXPECT_EQ(m.take().v, 2);
+    EXPECT_TRUE(m.is_empty());
+    EXPECT_EQ(m.waiting(), 0u);
+  });
 }
 
 TEST(MVarOutsideRun, BlockingOutsideAGreenThreadIsAClearError) {
