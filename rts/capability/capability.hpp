@@ -18,6 +18,7 @@
 #include "primitives/spinlock.hpp"
 #include "storage/stack.hpp"
 #include "storage/thread_slabs.hpp"
+#include "thread/thread_ids.hpp"
 #include "capstan/spark.hpp"
 #include "capability/inbox.hpp"
 
@@ -63,8 +64,7 @@ struct alignas(64) Capability {
   unsigned push_check_countdown = 0;  // [owner] reads the clock every few picks only
   std::vector<StallWatch> stall_watch;  // [owner] per capability: Note [Stealing from a
                                         // stalled capability] (schedule/steal.cpp)
-  std::uint64_t next_id = 0;       // [owner] ids handed out in blocks
-  std::uint64_t id_end = 0;        // [owner]
+  IdBlock ids;  // [owner writes, relaxed; anyone reads] Note [Thread ids]
 
   // --- statistics: written by the owner, read by anyone --------------------
   OwnerCounter threads_created, threads_finished, threads_killed, uncaught_exceptions;

@@ -91,6 +91,9 @@ struct Runtime {
                                                     // capability last asked to be watched
   std::atomic<std::uint32_t> ticker_parked{0};   // [atomic] Note [Stopping the ticker]
   std::atomic<std::uint64_t> id_blocks{0};       // [atomic] next block of thread ids
+  // [atomic, relaxed] a Task has taken a block of ids for in-call threads
+  // (Note [Thread ids]): until then check_thread_id need not look at Tasks.
+  std::atomic<bool> task_id_blocks{false};
   std::uint64_t first_id = 0;                    // [start] this run's ids are above it (Note [Thread ids])
   std::atomic<std::uint64_t> peak_live{0};       // [atomic] stats/stats.cpp
   std::atomic<std::uint64_t> peak_stacks{0};     // [atomic]
@@ -165,9 +168,5 @@ extern RuntimeSlot runtime_slot;
 // The Runtime of the run in progress; valid only while process.running
 // (and on the runtime's own threads, which exist only then).
 constinit inline Runtime& rt = runtime_slot.rt;
-
-// Thread ids are handed out to capabilities in blocks, so forking does not
-// touch a shared counter.
-inline constexpr std::uint64_t kIdBlock = 1024;
 
 }  // namespace capstan::rts

@@ -56,6 +56,7 @@
 #include "primitives/parker.hpp"
 #include "thread/thread.hpp"
 #include "storage/thread_slabs.hpp"
+#include "thread/thread_ids.hpp"
 
 namespace capstan::detail {
 class mvar_core;
@@ -101,7 +102,7 @@ struct alignas(64) Task {  // aligned: Tasks are written by their own OS threads
   // shutdown (relaxed) to wait for foreign calls.  Note [Shutdown].
   std::atomic<Thread*> in_safe_call{nullptr};
   ThreadCache threads;             // [owner] Thread objects for in-call threads
-  std::uint64_t next_id = 0, id_end = 0;  // [owner] ids for in-call threads
+  IdBlock ids;  // [owner writes, relaxed; anyone reads] ids for in-call threads
 
   // Cached per-OS-thread locations (valid: a Task never changes OS thread).
   int* errno_loc = nullptr;        // [owner]

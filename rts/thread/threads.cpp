@@ -2,6 +2,7 @@
 #include "thread/threads.hpp"
 
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include <fmt/format.h>
@@ -25,6 +26,32 @@ namespace capstan::rts {
 // thread ended with that run - is refused by name instead of quietly
 // reaching whatever thread of this run happened to get the same number.
 // 2^64 ids do not run out.
+//
+// An id of this run names a thread that was started unless it lies in a
+// block whose owner has not reached it yet: each capability and each
+// in-call Task keeps its current block in an IdBlock it writes with
+// relaxed stores, and check_thread_id reads them all.  A racy pair of
+// reads cannot refuse an id that was handed out: whoever holds such an id
+// learned it after its owner's store of a `next` above it, so reads `next`
+// at least that large, or the `end` of a later block (refill stores `next`
+// first), which does not contain it.  An id that was never handed out can
+// slip through only while its owner hands it out, and then it is reported
+// as the thread it just became.
+namespace {
+bool handed_out(std::uint64_t id) {
+  for (Capability* c : rt.caps)
+    if (c->ids.unreached(id)) return false;
+  // Relaxed is enough: whoever holds an in-call thread's id learned it
+  // after that thread's Task set the flag, and an id never handed out is
+  // in no block yet either way.
+  if (!rt.task_id_blocks.load(std::memory_order_relaxed)) return true;
+  std::lock_guard<std::mutex> g(rt.tasks_mu);
+  for (auto& t : rt.tasks)
+    if (t->ids.unreached(id)) return false;
+  return true;
+}
+}  // namespace
+
 void check_thread_id(std::uint64_t id, const char* what) {
   if (id == 0)
     throw usage_error(fmt::format("{}: the default thread_id names no thread; use the id that "
@@ -32,7 +59,7 @@ void check_thread_id(std::uint64_t id, const char* what) {
   if (id <= rt.first_id)
     throw usage_error(fmt::format("{}: thread id {} belongs to an earlier run of capstan::run, "
                                   "whose threads have all ended; ids are not reused", what, id));
-  if (id > rt.id_blocks.load(std::memory_order_relaxed))
+  if (id > rt.id_blocks.load(std::memory_order_relaxed) || !handed_out(id))
     throw usage_error(fmt::format("{}: no thread with id {} has been started in this run", what, id));
 }
 
@@ -49,11 +76,13 @@ Thread* alloc_thread(std::size_t size, std::size_t align, const char* what) {
   return t;
 }
 
-std::uint64_t refill_id_block(std::uint64_t& next, std::uint64_t& end) {
+std::uint64_t refill_id_block(IdBlock& b) {
   std::uint64_t base = rt.id_blocks.fetch_add(kIdBlock, std::memory_order_relaxed);
-  next = base + 1;
-  end = base + kIdBlock + 1;
-  return next++;
+  // next first: a reader that sees the new end with the old next takes no
+  // id of the new block for handed out (see check_thread_id).
+  b.next.store(base + 2, std::memory_order_relaxed);
+  b.end.store(base + kIdBlock + 1, std::memory_order_relaxed);
+  return base + 1;
 }
 
 Thread* create_system_thread(Capability* cap, const detail::closure_ops* ops, void* closure,
@@ -82,7 +111,9 @@ Thread* create_incall_thread(Task* task, Capability* home, const detail::closure
   t->closure = t->inline_closure;  // closure_size <= kInlineClosure, trivially copyable
   std::memcpy(t->inline_closure, closure, closure_size);
   t->ops = ops;
-  t->id = next_id_in_block(task->next_id, task->id_end);
+  if (!rt.task_id_blocks.load(std::memory_order_relaxed)) [[unlikely]]
+    rt.task_id_blocks.store(true, std::memory_order_relaxed);
+  t->id = next_id_in_block(task->ids);
   t->live_id.store(t->id, std::memory_order_relaxed);
   t->bound = t->locked = true;
   t->bound_task = task;

@@ -94,14 +94,14 @@ static inline void recycle(Capability* cap, Thread* t) noexcept {
 // [Thread ids] in threads.cpp).
 // next_id_in_block: the next id of a block, taking a fresh block (out of
 // line) when it is used up.
-std::uint64_t refill_id_block(std::uint64_t& next, std::uint64_t& end);
-inline std::uint64_t next_id_in_block(std::uint64_t& next, std::uint64_t& end) {
-  if (next == end) [[unlikely]] return refill_id_block(next, end);
-  return next++;
+std::uint64_t refill_id_block(IdBlock& b);
+inline std::uint64_t next_id_in_block(IdBlock& b) {
+  std::uint64_t n = b.next.load(std::memory_order_relaxed);
+  if (n == b.end.load(std::memory_order_relaxed)) [[unlikely]] return refill_id_block(b);
+  b.next.store(n + 1, std::memory_order_relaxed);
+  return n;
 }
-inline std::uint64_t next_thread_id(Capability* cap) {
-  return next_id_in_block(cap->next_id, cap->id_end);
-}
+inline std::uint64_t next_thread_id(Capability* cap) { return next_id_in_block(cap->ids); }
 
 // Note [Home lists]
 // ~~~~~~~~~~~~~~~~~

@@ -147,3 +147,29 @@ TEST(Misuse, AThreadIdFromAnEarlierRunNamesNoThreadOfThisOne) {
 }
 
 }  // namespace
+
+namespace {
+
+// Ids are handed out in blocks of 1024 per capability: an id inside the
+// forker's current block that it has not reached yet named no thread, yet
+// state_of said finished and kill_thread did nothing (only ids above
+// every block handed out were refused).  Once handed out, the same number
+// names its thread.
+TEST(Misuse, AnIdNotYetHandedOutIsRefusedInsideItsBlock) {
+  capstan::run(capstan_test::opts(2), [] {
+    capstan::thread_id child = capstan::fork_io([] {});
+    capstan::thread_id unused{child.value() + 5};
+    std::string m = message_of([&] { (void)capstan::state_of(unused); });
+    EXPECT_NE(m.find("capstan::state_of: no thread with id"), std::string::npos) << m;
+    EXPECT_THROW(capstan::kill_thread(unused), capstan::usage_error);
+    EXPECT_THROW(capstan::label_thread(unused, "x"), capstan::usage_error);
+    EXPECT_THROW(capstan::throw_to(unused, std::runtime_error("x")), capstan::usage_error);
+    capstan::thread_id last;
+    for (int i = 0; i < 5; ++i) last = capstan::fork_io([] {});
+    EXPECT_EQ(last, unused);
+    while (capstan::state_of(unused) != capstan::thread_state::finished) capstan::yield();
+    EXPECT_NO_THROW(capstan::kill_thread(unused));  // a finished thread: nothing to do
+  });
+}
+
+}  // namespace
