@@ -8,7 +8,7 @@
  * readers waiting], [Chan readers spin] and [Chan lifetime]; core_op's
  * wake_now and Note [Waking after unlock] in
  * lib/include/capstan/detail/mvar_core.hpp; park's hand-over of the lock
- * (Note [Blocking on an MVar] in rts/schedule/block.cpp) and post_throw's
+ * (Note [Blocking on an MVar] in rts/schedule/park.hpp) and post_throw's
  * removal of a blocked waiter (rts/schedule/raise.cpp).
  *
  * Parties: writers W0 and W1, one item each; readers R0 and R1, one

@@ -1,7 +1,7 @@
 /* mvar_block.pml - blocking on an mvar and being woken by a put, a take,
  * or an asynchronous exception.
  *
- * Mirrors Note [Blocking on an MVar] in rts/schedule/block.cpp
+ * Mirrors Note [Blocking on an MVar] in rts/schedule/park.hpp
  * (park_current: the blocker switches away holding the mvar's lock, the
  * landing side releases it), Note [Waking after unlock] in
  * lib/include/capstan/detail/mvar_core.hpp (core_op: unlock, then

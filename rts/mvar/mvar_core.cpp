@@ -1,5 +1,5 @@
 // mvar_core.cpp - the runtime half of mvar<T>: parking and serving waiters.
-// See Note [Blocking on an MVar] in schedule/block.cpp and Note [Killing a
+// See Note [Blocking on an MVar] in schedule/park.hpp and Note [Killing a
 // blocked thread] in shutdown/shutdown.cpp.
 #include "capstan/detail/mvar_core.hpp"
 
@@ -21,6 +21,7 @@
 #include "primitives/runtime_work.hpp"
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/park.hpp"
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
@@ -144,8 +145,10 @@ void shutdown_checkpoint(mvar_core& m, waiter& w, Thread* cur) {
 // takes w back out, unlocks m and raises it.  Deciding under wait_lock is
 // what makes a racing thrower either see the wait or leave its message
 // for us (Note [Raising asynchronously] in schedule/raise.cpp).
-void publish_wait(mvar_core& m, waiter& w, rts::Capability* cap, Thread* cur,
-                  std::uint64_t timed_token) {
+// The locked half is out of line; the common half is inlined into each wait.
+void publish_wait_locked(mvar_core& m, waiter& w, Thread* cur, std::uint64_t timed_token);
+[[gnu::always_inline]] inline void publish_wait(mvar_core& m, waiter& w, rts::Capability* cap,
+                                                Thread* cur, std::uint64_t timed_token) {
   w.thread = cur;
   // For dumps and the trace only: kind and what, adjacent in both, in one
   // two-byte copy (two byte copies cost four instructions per block).
@@ -159,6 +162,10 @@ void publish_wait(mvar_core& m, waiter& w, rts::Capability* cap, Thread* cur,
     rts::end_unlocked_wait_write(cap);
     return;
   }
+  publish_wait_locked(m, w, cur, timed_token);
+}
+[[gnu::noinline]] void publish_wait_locked(mvar_core& m, waiter& w, Thread* cur,
+                                           std::uint64_t timed_token) {
   cur->wait_lock.lock();  // Note [Killing a blocked thread]
   if (cur->async_pending.load(std::memory_order_relaxed) && !w.shielded) [[unlikely]] {
     if (rts::ThrowMsg* msg = rts::pop_raisable(cur, true)) {

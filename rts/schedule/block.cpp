@@ -1,6 +1,5 @@
-// block.cpp - blocking and waking: a thread parks on an object (an mvar,
-// a spark), a waker makes it runnable again; and a thread moving itself to
-// another capability.
+// block.cpp - waking: a waker makes a blocked thread runnable again; and
+// a thread moving itself to another capability.
 #include "schedule/schedule.hpp"
 #include "schedule/pick.hpp"
 #include "schedule/switch.hpp"
@@ -8,26 +7,8 @@
 
 namespace capstan::rts {
 
-// Note [Blocking on an MVar]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The blocker enqueues its waiter and marks itself blocked while holding
-// the mvar's lock, then switches away *still holding it*; the landing side
-// releases it (post.unlock).  A waker must take that lock to find the
-// waiter, so it cannot see the blocked thread before its context is fully
-// saved: no thread is ever resumed half-switched, and no wake-up is lost
-// because the check ("is the mvar empty?") and the enqueue happen under the
-// same lock the waker takes.  The waker dequeues the waiter under the lock,
-// which gives it alone the right to wake the thread: a thread is woken
-// exactly once per block.
-// Checked by models/mvar_block.pml (docs/models.md).
-void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after) {
-  Capability* cap = task->cap;
-  cur->state = ThreadState::blocked;
-  cur->why = WhyBlocked::on_mvar;
-  Thread* next = pick(cap);
-  task->post.unlock = unlock_after;
-  switch_to(task, cap, cur, next, false, SwitchWhy::blocked);
-}
+// Blocking itself is park_current, in schedule/park.hpp (Note [Blocking
+// on an MVar]), inlined into the waits that call it.
 
 // Note [Migrating to a spark's capability]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

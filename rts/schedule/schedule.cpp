@@ -2,8 +2,9 @@
 // everything in schedule/ that moves a green thread between running,
 // runnable, blocked and finished:
 //   switch.hpp    switch_to / after_switch          pick.hpp      pick
-//   yield.cpp     yield, safe points, checkpoints   block.cpp     park, wake, migrate
-//   fork.cpp      start, entry, finish              idle.cpp      idle, sleep
+//   yield.cpp     yield, safe points, checkpoints   park.hpp      park_current
+//   block.cpp     wake, migrate                     idle.cpp      idle, sleep
+//   fork.cpp      start, entry, finish
 //   push_work.cpp spreading work to idle capabilities
 //   steal.cpp     idle capabilities rescuing a stalled one's threads
 //

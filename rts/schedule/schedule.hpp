@@ -47,9 +47,7 @@ void yield_current_because(SwitchWhy why);
 // yield_point_slow: a safe point found its capability's context_switch set.
 void yield_point_slow();
 
-// park_current blocks `cur`, the thread `task` is running; `unlock_after`
-// is released once its context is saved.  See Note [Blocking on an MVar].
-void park_current(Task* task, Thread* cur, std::atomic<bool>* unlock_after);
+// park_current, which blocks the running thread, is in schedule/park.hpp.
 
 // migrate_current_to moves the running (unlocked) thread to `target`: it is
 // queued there, through the inbox, once its context is saved.

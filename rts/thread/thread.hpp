@@ -6,7 +6,7 @@
 //  * running: by the Task (OS thread) running it on `cap`.
 //  * blocked: by the queue of the object it waits on (an mvar); the waker
 //    that dequeues it under that object's lock owns the right to wake it.
-//    See Note [Blocking on an MVar] in schedule/block.cpp.
+//    See Note [Blocking on an MVar] in schedule/park.hpp.
 //  * finished: by the capability that recycles it after switching away.
 // Queueing never allocates: `link` is the intrusive run-queue/inbox link.
 #pragma once
