@@ -70,9 +70,13 @@ TEST_P(Sparks, AGetIsASafePointForTimeoutsAndKills) {
   bool others_ran = false;
   capstan::thread_state killed_state = capstan::thread_state::running;
   steady_clock::duration timeout_took{}, kill_took{};
+  // Outside run(): the sleeper may wake and count once more after main
+  // has returned and before shutdown kills it.  Declared inside main's
+  // lambda, that increment landed in main's reused stack - on a return
+  // address of shutdown_protocol, one byte on (a crash under load).
+  std::atomic<long> ticks{0};
+  std::atomic<bool> stop{false};
   run([&] {
-    std::atomic<long> ticks{0};
-    std::atomic<bool> stop{false};
     capstan::fork_io([&] {
       while (!stop.load()) {
         capstan::sleep_for(milliseconds(1));
