@@ -276,9 +276,7 @@ void call_in_raw(void (*fn)(void*), void* ctx) {
   task->native_stack_lo = saved_lo;
   task->native_stack_size = saved_size;
   if (!outer) set_my_task(nullptr);
-  tl_spark_pool = nullptr;
-  tl_preempt = nullptr;
-  tl_bias_owner = false;
+  tl_here = {};
   // `count` lets the runtime go as we return.  Not finished: only if the
   // runtime stopped first (our thread was abandoned at shutdown).
   if (!finished) throw thread_killed{};

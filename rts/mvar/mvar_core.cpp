@@ -34,7 +34,6 @@ using rts::Thread;
 void spin_turn(unsigned& turns) noexcept { rts::spin_turn(turns); }
 
 // Note [Biased locks] in capstan/detail/mvar_core.hpp.
-constinit thread_local bool tl_bias_owner = false;
 std::atomic<bool> bias_births{true};
 namespace {
 std::atomic<std::uint64_t> revocations{0};  // this run's, for bias_births
@@ -45,13 +44,13 @@ constexpr std::uint64_t kMaxRevocations = 4096;
 
 __attribute__((noinline)) bool current_bias_owner() noexcept {
   asm volatile("" ::: "memory");  // as my_task(): never treated as pure
-  return tl_bias_owner;
+  return tl_here.bias_owner;
 }
 
 // As held_word, without the call bias_owner_here makes in position-
 // independent code: park reads the thread-local before its switch.
 inline std::atomic<bool>* mvar_core::held_word_rts() noexcept {
-  return tl_bias_owner && owner_in_.load(std::memory_order_relaxed) ? &owner_in_ : &locked_;
+  return tl_here.bias_owner && owner_in_.load(std::memory_order_relaxed) ? &owner_in_ : &locked_;
 }
 
 void start_bias_epoch() noexcept {
@@ -62,7 +61,7 @@ void start_bias_epoch() noexcept {
 std::uint64_t lock_revocations() noexcept { return revocations.load(std::memory_order_relaxed); }
 
 bool mvar_core::try_lock_biased() noexcept {
-  if (tl_bias_owner && owner_in_.load(std::memory_order_relaxed)) return false;  // its own
+  if (tl_here.bias_owner && owner_in_.load(std::memory_order_relaxed)) return false;  // its own
   if (state_.load(std::memory_order_relaxed) == kBiased && enter_biased()) return true;
   if (!revoke(/*wait=*/false)) return false;
   return !locked_.exchange(true, std::memory_order_acquire);

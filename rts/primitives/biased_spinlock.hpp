@@ -24,7 +24,7 @@ namespace capstan::rts {
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // In a run with biased locks (one capability, membarrier, no
 // ThreadSanitizer: Runtime::bias_locks) the lock has an *owner*, the OS
-// thread holding the capability (detail::tl_bias_owner, or a caller that
+// thread holding the capability (detail::tl_here.bias_owner, or a caller that
 // says it holds it), and *visitors*, everyone else.  The owner's side is
 // the owner's side of Note [Biased locks]; a visitor's replaces the
 // revocation by a count, so that the bias comes back when it leaves:

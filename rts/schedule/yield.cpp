@@ -164,8 +164,6 @@ void yield() { rts::yield_current(); }
 
 namespace detail {
 
-constinit thread_local const std::atomic<std::uint32_t>* tl_preempt = nullptr;
-
 void safe_point() {
   rts::Task* task = rts::green_task_before_switch();  // no switch before its last use
   if (task && task->cap->context_switch.load(std::memory_order_relaxed) != 0) [[unlikely]]

@@ -72,12 +72,12 @@
 #include "runtime/runtime.hpp"
 
 namespace capstan::detail {
-constinit thread_local spark_pool* tl_spark_pool = nullptr;
+constinit thread_local capability_here tl_here;
 std::atomic<unsigned> g_spark_sleepers{0};
 
 __attribute__((noinline)) spark_pool* current_spark_pool() noexcept {
   asm volatile("" ::: "memory");  // as my_task(): never treated as pure
-  return tl_spark_pool;
+  return tl_here.pool;
 }
 }
 

@@ -71,18 +71,15 @@ void take_capability(Task* task, Capability* cap) noexcept {
   // load, which may meet a Task made an instant ago by an in-call.
   cap->running_task.store(task, std::memory_order_release);
   cap->held_by_incall.store(task->kind == TaskKind::foreign, std::memory_order_relaxed);
-  detail::tl_spark_pool = &cap->sparks;
-  detail::tl_preempt = &cap->context_switch;
-  detail::tl_bias_owner = rt.bias_locks;  // Note [Biased locks]
+  // Note [Biased locks] for bias_owner.
+  detail::tl_here = {&cap->sparks, &cap->context_switch, rt.bias_locks};
 }
 
 Capability* drop_capability(Task* task) noexcept {
   Capability* cap = task->cap;
   task->cap = nullptr;
   cap->current = nullptr;
-  detail::tl_spark_pool = nullptr;
-  detail::tl_preempt = nullptr;
-  detail::tl_bias_owner = false;
+  detail::tl_here = {};
   return cap;
 }
 

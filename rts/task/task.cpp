@@ -36,17 +36,16 @@ __attribute__((noinline)) Task* my_task() noexcept {
 __attribute__((noinline)) void set_my_task(Task* t) noexcept {
   tl_task_slot = t;
   if (!t) {
-    detail::tl_spark_pool = nullptr;
-    detail::tl_preempt = nullptr;
-    detail::tl_bias_owner = false;
+    detail::tl_here = {};
   }
 }
 
 void bind_task_to_this_os_thread(Task* t) {
   set_my_task(t);
-  detail::tl_spark_pool = t && t->cap ? &t->cap->sparks : nullptr;
-  detail::tl_preempt = t && t->cap ? &t->cap->context_switch : nullptr;
-  detail::tl_bias_owner = t && t->cap && rt.bias_locks;  // Note [Biased locks]
+  // Note [Biased locks] for bias_owner.
+  detail::tl_here = t && t->cap ? detail::capability_here{&t->cap->sparks, &t->cap->context_switch,
+                                                         rt.bias_locks}
+                                : detail::capability_here{};
   t->errno_loc = &errno;
   t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());
   t->os_tid.store(static_cast<int>(::gettid()), std::memory_order_relaxed);

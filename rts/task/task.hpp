@@ -29,10 +29,11 @@
 // (and therefore re-evaluated after every call), and never caches a Task*
 // or Capability* across a call that may switch: re-read my_task()->cap.
 //
-// User code sees three thread-locals, all set when a Task takes or drops
-// a capability (task/handover.cpp): the spark pool that par() and get()
-// read (detail::spark_pool_here in capstan/spark.hpp), the biased-lock
-// owner flag of an mvar's lock (detail::bias_owner_here in
+// User code sees one thread-local, detail::tl_here (capstan/detail/
+// bridge.hpp), written whole when a Task takes or drops a capability
+// (task/handover.cpp): the spark pool that par() and get() read
+// (detail::spark_pool_here in capstan/spark.hpp), the biased-lock owner
+// flag of an mvar's lock (detail::bias_owner_here in
 // capstan/detail/mvar_core.hpp) and the capability's context_switch word
 // that every runtime call's safe point tests (detail::safe_point_here in
 // capstan/detail/bridge.hpp).  Each is read inline only where no thread

@@ -66,11 +66,11 @@ inline void bump(std::atomic<std::uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// The pool of the capability the calling OS thread runs, or null (default
-// TLS model: libcapstan.so has no static TLS and can be dlopen()ed).
-extern constinit thread_local spark_pool* tl_spark_pool;
+// The pool of the capability the calling OS thread runs, or null, is
+// tl_here.pool (detail/bridge.hpp; default TLS model: libcapstan.so has no
+// static TLS and can be dlopen()ed).
 
-// current_spark_pool returns tl_spark_pool.  Out of line on purpose: see
+// current_spark_pool returns tl_here.pool.  Out of line on purpose: see
 // Note [TLS across a switch] in rts/task/task.hpp.
 spark_pool* current_spark_pool() noexcept;
 
@@ -83,7 +83,7 @@ spark_pool* current_spark_pool() noexcept;
 // reused) it is the out-of-line call.  Note [TLS across a switch].
 inline spark_pool* spark_pool_here() noexcept {
 #if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
-  return tl_spark_pool;
+  return tl_here.pool;
 #else
   return current_spark_pool();
 #endif

@@ -65,7 +65,7 @@ capstan::options one_cap(std::size_t pool_size = 64) {
 
 TEST(SparkPoolOwner, ParPushesOnTopAndGetTakesTheNewestWithoutTouchingTheRest) {
   capstan::run(one_cap(), [] {
-    spark_pool* p = capstan::detail::tl_spark_pool;
+    spark_pool* p = capstan::detail::tl_here.pool;
     ASSERT_EQ(p, &rt.caps[0]->sparks);
     std::uint64_t b0 = p->bottom.load();
     ASSERT_EQ(p->top.load(), b0);
@@ -130,7 +130,7 @@ TEST(SparkPoolOwner, OverflowsAtTheConfiguredSizeRoundedUpToAPowerOfTwo) {
   o.parse_flags("-e5");
   ASSERT_EQ(o.spark_pool_size, 5u);
   capstan::run(o, [] {
-    spark_pool* p = capstan::detail::tl_spark_pool;
+    spark_pool* p = capstan::detail::tl_here.pool;
     ASSERT_EQ(p->mask, 7u) << "-e5 holds 8 sparks";
     std::vector<std::unique_ptr<spark<int>>> s;
     for (int i = 0; i < 8; ++i) s.emplace_back(new spark<int>(capstan::par([i] { return i; })));
@@ -173,7 +173,7 @@ TEST(SparkPoolOwner, TheLargestPoolsCostOnlyTheSlotsUsed) {
   long during = 0;
   int sum = 0;
   capstan::run(o, [&] {
-    ASSERT_EQ(capstan::detail::tl_spark_pool->mask, (1u << 24) - 1);
+    ASSERT_EQ(capstan::detail::tl_here.pool->mask, (1u << 24) - 1);
     std::vector<std::unique_ptr<spark<int>>> s;
     for (int i = 0; i < 100000; ++i) s.emplace_back(new spark<int>(capstan::par([i] { return i & 1; })));
     for (auto& x : s) sum += x->get();
@@ -367,9 +367,7 @@ class StealProtocol : public ::testing::Test {
     rt.caps.clear();
     rt.n_caps = 0;
     rt.shutting_down.store(was_shutting_down_);
-    capstan::detail::tl_spark_pool = nullptr;  // own_victim's take_capability set these
-    capstan::detail::tl_preempt = nullptr;
-    capstan::detail::tl_bias_owner = false;
+    capstan::detail::tl_here = {};  // own_victim's take_capability set it
   }
   Capability* victim() { return caps_[0].get(); }
   Capability* thief() { return caps_[1].get(); }

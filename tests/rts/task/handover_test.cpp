@@ -253,9 +253,7 @@ struct Held {
     EXPECT_TRUE(capstan::rts::become_spare(&spare));
   }
   ~Held() {  // take_capability set them; cap dies with us
-    capstan::detail::tl_spark_pool = nullptr;
-    capstan::detail::tl_preempt = nullptr;
-    capstan::detail::tl_bias_owner = false;
+    capstan::detail::tl_here = {};
   }
 };
 

@@ -95,12 +95,24 @@ thread_ref spawn(long long cap, F&& f) {
 // rts/task/task.hpp.
 void safe_point();
 
-// tl_preempt points at the context_switch word of the capability the
-// calling OS thread holds (the ticker, throwers and shutdown set it; a safe
-// point acts when it is not 0), or is null while it holds none.  Set with
-// tl_spark_pool wherever a Task takes or drops a capability
-// (rts/task/handover.cpp).
-extern constinit thread_local const std::atomic<std::uint32_t>* tl_preempt;
+struct spark_pool;  // capstan/spark.hpp
+
+// capability_here is what the inline fast paths of the public headers
+// need to know of the capability the calling OS thread holds: all null
+// (false) while it holds none.  One thread-local, written whole wherever a
+// Task takes or drops a capability (rts/task/handover.cpp), so that those
+// writes share one thread-pointer offset.  Read inline only where that is
+// safe across a switch (Note [TLS across a switch] in rts/task/task.hpp).
+struct capability_here {
+  spark_pool* pool = nullptr;  // its spark pool: par() and get() (spark.hpp)
+  // Its context_switch word, which the ticker, throwers and shutdown set:
+  // a safe point acts when it is not 0 (safe_point_here, below).
+  const std::atomic<std::uint32_t>* preempt = nullptr;
+  // It is the one capability of a run with biased mvar locks (Note
+  // [Biased locks] in detail/mvar_core.hpp).
+  bool bias_owner = false;
+};
+extern constinit thread_local capability_here tl_here;
 
 // safe_point_here is safe_point() with its test inline: a word that is 0
 // (or no capability) costs two loads and no call.  Inline only where a
@@ -110,7 +122,7 @@ extern constinit thread_local const std::atomic<std::uint32_t>* tl_preempt;
 // context) goes to safe_point(), which checks that and does nothing.
 inline void safe_point_here() {
 #if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
-  const std::atomic<std::uint32_t>* w = tl_preempt;
+  const std::atomic<std::uint32_t>* w = tl_here.preempt;
   // Relaxed: a hint, as in safe_point(); the slow path's exchange acquires.
   if (w && w->load(std::memory_order_relaxed) != 0) [[unlikely]] safe_point();
 #else

@@ -136,17 +136,17 @@ class wake_list {
   rts::Capability* marked_;            // the capability marked, once n_ reached kLongLoop
 };
 
-// The calling OS thread holds the capability of a run whose mvar locks are
-// biased (Note [Biased locks]); default TLS model, as tl_spark_pool.
-extern constinit thread_local bool tl_bias_owner;
-// current_bias_owner returns tl_bias_owner, out of line (Note [TLS across
-// a switch] in rts/task/task.hpp).
+// Whether the calling OS thread holds the capability of a run whose mvar
+// locks are biased (Note [Biased locks]) is tl_here.bias_owner
+// (detail/bridge.hpp).  current_bias_owner returns it, out of line (Note
+// [TLS across a switch] in rts/task/task.hpp).
 bool current_bias_owner() noexcept;
-// bias_owner_here is tl_bias_owner read inline where that is safe across a
-// switch (as spark_pool_here in capstan/spark.hpp), else out of line.
+// bias_owner_here is tl_here.bias_owner read inline where that is safe
+// across a switch (as spark_pool_here in capstan/spark.hpp), else out of
+// line.
 inline bool bias_owner_here() noexcept {
 #if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
-  return tl_bias_owner;
+  return tl_here.bias_owner;
 #else
   return current_bias_owner();
 #endif
