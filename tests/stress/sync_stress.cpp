@@ -447,3 +447,68 @@ TEST_P(SyncStress, AReusedWaitGroupIsNeverWokenByTheLastRoundsZero) {
 }
 
 }  // namespace
+
+namespace {
+
+// A waiter that destroys its wait_group as soon as wait() returns, while
+// the last done() - on an OS thread that a timer stalls now and then for
+// 15 us, inside done() as likely as anywhere - may still be finishing.
+// wait() used to return on an unlocked read of the zero, which done()
+// publishes before it releases the group's lock: the release then wrote
+// into the freed group (AddressSanitizer: heap-use-after-free).  Each
+// round's group is on the heap, so the sanitizer builds see such a write.
+TEST_P(SyncStress, AWaitGroupMayBeDestroyedAsSoonAsWaitReturns) {
+  stress::Watchdog dog(std::chrono::seconds(120), "wait_group destroyed after wait");
+  const int rounds = 200'000 / static_cast<int>(stress::kScale);
+  std::atomic<capstan::wait_group*> current{nullptr};
+  std::atomic<bool> stop{false};
+  std::atomic<pid_t> helper_tid{0};
+  std::thread helper([&] {
+    helper_tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+    while (!stop.load()) {
+      capstan::wait_group* g = current.exchange(nullptr);
+      if (g) g->done();  // the round's last touch of g
+    }
+  });
+  while (helper_tid.load() == 0) std::this_thread::yield();
+  struct sigaction sa {};
+  sa.sa_handler = [](int) {  // the stall: 15 us on the helper
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(15)) {
+    }
+  };
+  sa.sa_flags = SA_RESTART;
+  struct sigaction old {};
+  ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);
+  timer_t timer;
+  struct sigevent sev {};
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGUSR2;
+  sev._sigev_un._tid = helper_tid.load();
+  ASSERT_EQ(::timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
+  struct itimerspec every {};
+  every.it_interval.tv_nsec = every.it_value.tv_nsec = 40'000;
+  ASSERT_EQ(::timer_settime(timer, 0, &every, nullptr), 0);
+  long waited = 0;
+  capstan::run(opts(GetParam()), [&] {
+    std::minstd_rand rng(7);
+    for (int i = 0; i < rounds; ++i) {
+      auto* g = new capstan::wait_group(1);
+      current.store(g);
+      // Arrive about when the helper's done() does.
+      auto spin = std::chrono::nanoseconds(rng() % 2000);
+      for (auto t0 = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - t0 < spin;) {
+      }
+      g->wait();
+      delete g;  // at once: done() must have finished touching it
+      ++waited;
+    }
+  });
+  ::timer_delete(timer);
+  stop.store(true);
+  helper.join();
+  ::sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(waited, rounds);
+}
+
+}  // namespace

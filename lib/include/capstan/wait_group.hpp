@@ -62,7 +62,6 @@ class wait_group {
   // wait returns once the count is zero.
   void wait() {
     detail::mvar_core::blocking_point("capstan::wait_group::wait");
-    if (count_.load(std::memory_order_acquire) == 0) return;
     // Note [Waiting for a group]
     // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
     // The count reaches zero only under core_'s lock, in the same critical
@@ -76,6 +75,11 @@ class wait_group {
     // woken by the late serving with the count at 1.)  No lost wake-up: a
     // waiter that read a non-zero count under the lock is queued before
     // the lock is released, and the zero that serves it needs the lock.
+    // The count is read under the lock even when it is already zero: a
+    // waiter that returned on an unlocked read of the zero could destroy
+    // the group while the last done() still held core_'s lock, whose
+    // release then wrote into freed memory.  Taking the lock waits for
+    // that release, done()'s last touch of the group.
     core_.lock();
     if (count_.load(std::memory_order_acquire) == 0) {
       core_.unlock();
