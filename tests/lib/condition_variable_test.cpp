@@ -23,6 +23,12 @@ using capstan_test::WithCaps;
 class CondVar : public WithCaps {};
 CAPSTAN_INSTANTIATE_CAPS(CondVar);
 
+// ended: t has finished, normally or killed (its destructors have run).
+bool ended(capstan::thread_id t) {
+  auto s = capstan::state_of(t);
+  return s == capstan::thread_state::finished || s == capstan::thread_state::died;
+}
+
 // Ping-pong through a flag: each side sets it under the mutex and notifies
 // *after* unlocking, sometimes yielding first, so notifies land at every
 // point of the other side's predicate-check/park window.  A lost notify
@@ -132,6 +138,9 @@ TEST_P(CondVar, NotifyOneWakesTheOldestWaiterOnly) {
       ASSERT_TRUE(green_wait_until([&] { return woke.load() == i; }));
       for (int j = i + 1; j < 3; ++j) EXPECT_EQ(capstan::state_of(t[j]), capstan::thread_state::blocked);
     }
+    // wait for the waiters: each unlocks m after setting woke, and m dies
+    // with main's frame
+    ASSERT_TRUE(green_wait_until([&] { return ended(t[0]) && ended(t[1]) && ended(t[2]); }));
   });
 }
 
@@ -193,6 +202,9 @@ void notify_racing_a_time_out(int rounds, MakeLock lock) {
       ++v_notified;
     }
     ASSERT_TRUE(green_wait_until([&] { return v_woke.load(); })) << "the notify woke nobody";
+    // wait for W and V: each unlocks m after its last word, and m dies with
+    // this frame (W's w_result with the round)
+    ASSERT_TRUE(green_wait_until([&] { return ended(w) && ended(v); }));
   }
   EXPECT_EQ(w_notified + v_notified, rounds);
 }
@@ -237,6 +249,9 @@ TEST_P(CondVar, AKilledWaiterUnwindsHoldingTheMutex) {
     EXPECT_TRUE(owned_in_catch.load());
     cv.notify_one();
     ASSERT_TRUE(green_wait_until([&] { return other_woke.load(); }));
+    // wait for b: it unlocks m after setting other_woke, and m dies with
+    // main's frame (and try_lock would fail while b holds it)
+    ASSERT_TRUE(green_wait_until([&] { return ended(b); }));
     EXPECT_TRUE(m.try_lock());
     m.unlock();
   });
@@ -286,6 +301,9 @@ TEST_P(CondVar, ANotifiedWaiterKilledBeforeItRunsPassesTheNotifyOn) {
     }
     EXPECT_EQ(items, 0);
     capstan::kill_thread(c2);
+    // wait for c1 and c2: a killed waiter re-takes and unlocks m as it
+    // unwinds, and m dies with main's frame
+    ASSERT_TRUE(green_wait_until([&] { return ended(c1) && ended(c2); }));
   });
 }
 
@@ -515,6 +533,9 @@ TEST_P(CondVar, AnyKilledWaiterUnwindsHoldingTheLock) {
     EXPECT_TRUE(owned_in_catch.load());
     cv.notify_one();
     ASSERT_TRUE(green_wait_until([&] { return other_woke.load(); }));
+    // wait for b: it unlocks sm after setting other_woke, and sm dies with
+    // main's frame (and try_lock would fail while b holds it)
+    ASSERT_TRUE(green_wait_until([&] { return ended(b); }));
     EXPECT_TRUE(sm.try_lock());
     sm.unlock();
   });

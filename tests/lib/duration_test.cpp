@@ -61,6 +61,11 @@ class LongWaits : public WithCaps {};
 CAPSTAN_INSTANTIATE_CAPS(LongWaits);
 
 bool blocked(capstan::thread_id t) { return capstan::state_of(t) == capstan::thread_state::blocked; }
+// ended: t has finished, normally or killed (its destructors have run).
+bool ended(capstan::thread_id t) {
+  auto s = capstan::state_of(t);
+  return s == capstan::thread_state::finished || s == capstan::thread_state::died;
+}
 
 // Each "for ever" wait blocks (it neither returns at once nor crashes) and
 // ends normally when what it waits for comes.
@@ -101,6 +106,8 @@ TEST_P(LongWaits, DurationMaxWaitsForWhatItWaitsFor) {
       ASSERT_TRUE(green_wait_until([&] { return blocked(t); }));
       mu.unlock();
       ASSERT_TRUE(green_wait_until([&] { return got.load() == 1; }));
+      // wait for t: it unlocks mu after setting got, and mu dies with the block
+      ASSERT_TRUE(green_wait_until([&] { return ended(t); }));
     }
     {
       capstan::mutex mu;
@@ -118,6 +125,8 @@ TEST_P(LongWaits, DurationMaxWaitsForWhatItWaitsFor) {
       }
       cv.notify_all();
       ASSERT_TRUE(green_wait_until([&] { return got.load() == 1; }));
+      // wait for t: it unlocks mu after setting got, and mu dies with the block
+      ASSERT_TRUE(green_wait_until([&] { return ended(t); }));
     }
     {
       int p[2];

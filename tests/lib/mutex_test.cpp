@@ -161,13 +161,19 @@ TEST_P(Mutex, AHolderMayParkWhileOthersOfItsCapabilityRun) {
       int v = go.take();  // parks holding the mutex
       order_check = v;
     });
-    capstan::fork_on(0, [&] {
+    capstan::thread_id second = capstan::fork_on(0, [&] {
       std::lock_guard<capstan::mutex> g(m);  // parks, does not block capability 0
       order_check *= 10;
       done.put(1);
     });
     capstan::fork_on(0, [&] { go.put(4); });  // must get to run on capability 0
     done.take();
+    // wait for the second: it unlocks m after the put, and m dies with
+    // main's frame
+    ASSERT_TRUE(green_wait_until([&] {
+      auto s = capstan::state_of(second);
+      return s == capstan::thread_state::finished || s == capstan::thread_state::died;
+    }));
   });
   EXPECT_EQ(order_check, 40);
 }

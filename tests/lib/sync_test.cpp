@@ -26,6 +26,11 @@ class Sync : public WithCaps {};
 CAPSTAN_INSTANTIATE_CAPS(Sync);
 
 bool blocked(capstan::thread_id t) { return capstan::state_of(t) == capstan::thread_state::blocked; }
+// ended: t has finished, normally or killed (its destructors have run).
+bool ended(capstan::thread_id t) {
+  auto s = capstan::state_of(t);
+  return s == capstan::thread_state::finished || s == capstan::thread_state::died;
+}
 
 // ---- counting_semaphore ----
 
@@ -470,6 +475,9 @@ TEST_P(Sync, SharedMutexExcludesWritersAndDoesNotStarveThem) {
     EXPECT_FALSE(sm.try_lock_shared()) << "a new reader overtook a queued writer";
     sm.unlock_shared();
     ASSERT_TRUE(green_wait_until([&] { return wrote.load(); }));
+    // wait for w: it unlocks sm after setting wrote, and sm dies with main's
+    // frame (and try_lock would fail while w holds it)
+    ASSERT_TRUE(green_wait_until([&] { return ended(w); }));
     EXPECT_TRUE(sm.try_lock());
     sm.unlock();
   });
@@ -569,6 +577,9 @@ TEST_P(Sync, AWriterLeavingTheQueueLetsTheReadersBehindItIn) {
       ASSERT_TRUE(green_wait_until([&] { return readers_in.load() == 3; }))
           << (how == 0 ? "timed-out" : "killed") << " writer kept the readers behind it waiting";
       wg.wait();
+      // wait for w: it sets writer_got/writer_killed after the time-out or
+      // the kill, and they die with the round
+      ASSERT_TRUE(green_wait_until([&] { return ended(w); }));
       EXPECT_FALSE(writer_got.load());
       EXPECT_EQ(writer_killed.load(), how != 0);
       sm.unlock_shared();
@@ -667,6 +678,9 @@ TEST_P(Sync, ATimedWriterIsNotOvertakenByLaterReaders) {
     EXPECT_FALSE(sm.try_lock_shared_for(std::chrono::milliseconds(1)));
     sm.unlock_shared();
     ASSERT_TRUE(green_wait_until([&] { return wrote.load(); }));
+    // wait for w: it unlocks sm after setting wrote, and sm dies with main's
+    // frame
+    ASSERT_TRUE(green_wait_until([&] { return ended(w); }));
   });
 }
 

@@ -292,6 +292,11 @@ TEST_P(SyncStress, MutexTurnsWithBargingTimedLocksAndKills) {
     for (capstan::thread_id v : victims) {
       for (long spins = static_cast<long>(rng() % 2000); spins > 0; --spins) capstan::yield();
       capstan::kill_thread(v);
+      // wait for v: its unwinding lock_guard may unlock m, which dies with
+      // main's frame (and the try_lock below would fail while v holds it)
+      while (capstan::state_of(v) != capstan::thread_state::finished &&
+             capstan::state_of(v) != capstan::thread_state::died)
+        capstan::yield();
     }
     wg.wait();
     capstan::safe_call([&] {

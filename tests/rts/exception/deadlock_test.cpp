@@ -315,10 +315,12 @@ TEST_P(Deadlock, EveryVictimHearsOfItEvenIfAnotherReleasesItsLock) {
   const int kRuns = 40 / static_cast<int>(capstan_test::kScale > 1 ? 4 : 1);
   int returned = 0;
   for (int i = 0; i < kRuns; ++i) {
+    // Outside run(): the forked thread's ~lock_guard may unlock mu after
+    // main's lambda has unwound.
+    capstan::mutex mu;
+    mvar<int> held, never;
     try {
-      run([] {
-        capstan::mutex mu;
-        mvar<int> held, never;
+      run([&] {
         fork_io([&] {
           std::lock_guard<capstan::mutex> g(mu);
           held.put(1);

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -64,7 +65,13 @@ void mix() {
   capstan::kill_thread(victim);
   capstan::async<void> waiter([&] { capstan::sleep_for(std::chrono::milliseconds(1)); });
   waiter.wait();
-  (void)reader;
+  // Wait for the pinger, ponger and reader (they touch ping, pong and ch to
+  // the end) and the victim (it unwinds after the kill): this frame dies
+  // when mix returns, and run() then shuts down on the same stack.
+  for (auto t : {a, b, reader, victim})
+    while (capstan::state_of(t) != capstan::thread_state::finished &&
+           capstan::state_of(t) != capstan::thread_state::died)
+      capstan::yield();
   std::printf("safe call %d\n", r);
   // Let every capability go idle, and sleep, before the end.
   capstan::sleep_for(std::chrono::milliseconds(30));
