@@ -384,6 +384,50 @@ TEST_P(SyncStress, SemaphoreBarrierWaitGroupRounds) {
   EXPECT_EQ(completions.load(), kPhases);
 }
 
+// Stalls makes OS thread `tid` spin for 15 us every `period_ns`, from a
+// SIGUSR2 timer aimed at it, so that it is caught inside its calls now and
+// then.  stop() deletes the timer; the destructor restores SIGUSR2 - after
+// the thread has been joined, so that no stall is pending.
+class Stalls {
+ public:
+  Stalls(pid_t tid, long period_ns) {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
+      auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(15)) {
+      }
+    };
+    sa.sa_flags = SA_RESTART;
+    if (::sigaction(SIGUSR2, &sa, &old_) != 0) return;
+    handler_ = true;
+    struct sigevent sev {};
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGUSR2;
+    sev._sigev_un._tid = tid;
+    if (::timer_create(CLOCK_MONOTONIC, &sev, &timer_) != 0) return;
+    timer_on_ = true;
+    struct itimerspec every {};
+    every.it_interval.tv_nsec = every.it_value.tv_nsec = period_ns;
+    ok_ = ::timer_settime(timer_, 0, &every, nullptr) == 0;
+  }
+  Stalls(const Stalls&) = delete;
+  Stalls& operator=(const Stalls&) = delete;
+  bool ok() const { return ok_; }
+  void stop() {
+    if (timer_on_) ::timer_delete(timer_);
+    timer_on_ = false;
+  }
+  ~Stalls() {
+    stop();
+    if (handler_) ::sigaction(SIGUSR2, &old_, nullptr);
+  }
+
+ private:
+  struct sigaction old_ {};
+  timer_t timer_{};
+  bool handler_ = false, timer_on_ = false, ok_ = false;
+};
+
 // Note [Waiting for a group]: a group reused once wait() has returned (Go
 // allows it) is never woken by the previous round's zero.  The waiter adds
 // 1, publishes the round and waits; a plain OS thread marks the round
@@ -411,30 +455,14 @@ TEST_P(SyncStress, AReusedWaitGroupIsNeverWokenByTheLastRoundsZero) {
     }
   });
   while (helper_tid.load() == 0) std::this_thread::yield();
-  struct sigaction sa {};
-  sa.sa_handler = [](int) {  // the stall: 15 us on the helper
-    auto t0 = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(15)) {
-    }
-  };
-  sa.sa_flags = SA_RESTART;
-  struct sigaction old {};
-  ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);
-  timer_t timer;
-  struct sigevent sev {};
-  sev.sigev_notify = SIGEV_THREAD_ID;
-  sev.sigev_signo = SIGUSR2;
-  sev._sigev_un._tid = helper_tid.load();
-  ASSERT_EQ(::timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
-  struct itimerspec every {};
-  every.it_interval.tv_nsec = every.it_value.tv_nsec = 60'000;
-  ASSERT_EQ(::timer_settime(timer, 0, &every, nullptr), 0);
+  Stalls stalls(helper_tid.load(), 60'000);
+  ASSERT_TRUE(stalls.ok());
   capstan::run(opts(GetParam()), [&] {
     for (int i = 1; i <= rounds; ++i) {
       wg.add(1);
       round.store(i);
-      // Arrive about when the helper's done() does, so that the fast path
-      // (the count read as zero without the lock) is taken now and then.
+      // Arrive about when the helper's done() does, so that wait() meets
+      // a done() in progress now and then.
       for (auto t0 = std::chrono::steady_clock::now();
            std::chrono::steady_clock::now() - t0 < std::chrono::nanoseconds(1500);) {
       }
@@ -443,10 +471,9 @@ TEST_P(SyncStress, AReusedWaitGroupIsNeverWokenByTheLastRoundsZero) {
       while (finished.load() != i) capstan::yield();  // the round's done() is on its way
     }
   });
-  ::timer_delete(timer);
+  stalls.stop();  // no new stall; the helper's pending one ends with it
   stop.store(true);
   helper.join();
-  ::sigaction(SIGUSR2, &old, nullptr);
   EXPECT_EQ(early.load(), 0) << "wait() returned before its round's done() " << early.load()
                              << " times in " << rounds << " rounds";
 }
@@ -476,24 +503,8 @@ TEST_P(SyncStress, AWaitGroupMayBeDestroyedAsSoonAsWaitReturns) {
     }
   });
   while (helper_tid.load() == 0) std::this_thread::yield();
-  struct sigaction sa {};
-  sa.sa_handler = [](int) {  // the stall: 15 us on the helper
-    auto t0 = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(15)) {
-    }
-  };
-  sa.sa_flags = SA_RESTART;
-  struct sigaction old {};
-  ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);
-  timer_t timer;
-  struct sigevent sev {};
-  sev.sigev_notify = SIGEV_THREAD_ID;
-  sev.sigev_signo = SIGUSR2;
-  sev._sigev_un._tid = helper_tid.load();
-  ASSERT_EQ(::timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
-  struct itimerspec every {};
-  every.it_interval.tv_nsec = every.it_value.tv_nsec = 40'000;
-  ASSERT_EQ(::timer_settime(timer, 0, &every, nullptr), 0);
+  Stalls stalls(helper_tid.load(), 40'000);
+  ASSERT_TRUE(stalls.ok());
   long waited = 0;
   capstan::run(opts(GetParam()), [&] {
     std::minstd_rand rng(7);
@@ -509,10 +520,9 @@ TEST_P(SyncStress, AWaitGroupMayBeDestroyedAsSoonAsWaitReturns) {
       ++waited;
     }
   });
-  ::timer_delete(timer);
+  stalls.stop();  // no new stall; the helper's pending one ends with it
   stop.store(true);
   helper.join();
-  ::sigaction(SIGUSR2, &old, nullptr);
   EXPECT_EQ(waited, rounds);
 }
 
