@@ -248,7 +248,6 @@ void spark_pool_init(Capability* cap, std::size_t capacity) {
   p.bottom.store(0);
   p.request.store(nullptr);
   p.cap = cap;
-  p.preempt = &cap->context_switch;
 }
 
 void spark_pool_release(Capability* cap) noexcept {

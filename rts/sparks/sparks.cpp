@@ -290,10 +290,11 @@ void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }
 // when the computation was done, kill_thread waited as long, and at -N1
 // every other thread waited too (timeout(20 ms) around pfib(41) returned
 // the result after 240 ms).  GHC's par allocates, which is its safe point.
-// The check is inline and costs a spark two loads and a test: the pool
-// keeps a pointer to its capability's context_switch word, the one the
-// ticker and throwers set, and only when that word is set does get() call
-// safe_point(), before it touches the spark - so an exception raised there
+// The check is every runtime call's inline one (safe_point_here, two
+// loads and a test: the thread-local's pointer to the capability's
+// context_switch word, the one the ticker and throwers set, and the
+// word), and only when that word is set does get() call safe_point(),
+// before it touches the spark - so an exception raised there
 // leaves the spark unforced for ~spark to discard, and a thread that moved
 // meanwhile takes get()'s slow path as any moved thread does (Note
 // [Migrating to a spark's capability]).  par() is not a safe point: a

@@ -51,9 +51,6 @@ struct spark_pool {
   spark_base** slots = nullptr;          // null entries are removed sparks
   std::atomic<rts::Capability*> request{nullptr};  // a thief's steal request (low bit: early)
   rts::Capability* cap = nullptr;                 // the owner
-  // The owner's context_switch word, which the ticker and throwers set:
-  // get()'s safe point reads it inline (Note [A spark's safe point]).
-  const std::atomic<std::uint32_t>* preempt = nullptr;
   // Owner-written counters (relaxed stores), read by statistics.
   std::atomic<std::uint64_t> created{0}, overflowed{0}, fizzled{0}, gcd{0};
 
@@ -186,11 +183,8 @@ class spark : detail::spark_base {
   // on as from a call, and a later get() evaluates f afresh (GHC resumes an
   // interrupted evaluation; C++ cannot).  f completes at most once.
   R get() {
-    detail::spark_pool* p = detail::spark_pool_here();
-    if (p && p->preempt->load(std::memory_order_relaxed) != 0) [[unlikely]] {
-      detail::safe_point();  // Note [A spark's safe point]
-      p = detail::spark_pool_here();  // possibly on another OS thread now
-    }
+    detail::safe_point_here();  // Note [A spark's safe point]
+    detail::spark_pool* p = detail::spark_pool_here();  // after it: we may have moved
     if (pool == p && state.load(std::memory_order_relaxed) == pending &&
         index + 1 == p->top.load(std::memory_order_relaxed)) [[likely]] {
       // Our own spark on top of our own pool: pop it and run it (fizzled).
