@@ -280,6 +280,12 @@ using namespace capstan::rts;
 
 void spark_cancelled() { throw thread_killed{}; }
 
+void spark_got_twice() {
+  throw usage_error(
+      "capstan::spark::get: the result was already taken by an earlier get() (call it once; "
+      "an exception is rethrown by every get(), a value is moved out by the first)");
+}
+
 void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }
 
 // Note [A spark's safe point]

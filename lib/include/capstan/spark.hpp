@@ -129,6 +129,7 @@ void spark_overflow(spark_pool* p) noexcept;
 bool spark_make_room(spark_pool* p) noexcept;  // drops holes; true if not full now
 void spark_wake_sleeper() noexcept;
 [[noreturn]] void spark_cancelled();       // throws thread_killed
+[[noreturn]] void spark_got_twice();       // throws usage_error: get() after its value was taken
 [[noreturn]] void spark_rethrow(const std::exception_ptr& e);
 // spark_evaluation_interrupted puts a spark whose evaluation by its maker
 // threw back to unevaluated (Note [Evaluating a spark here]).
@@ -198,9 +199,10 @@ class spark : detail::spark_base {
     }
     if (!out_.has_value()) [[unlikely]] {
       if (out_.failed()) detail::spark_rethrow(out_.error());
+      if (out_.taken()) detail::spark_got_twice();  // the value was moved out
       detail::spark_cancelled();  // settled unrun: shutdown came first
     }
-    return out_.value();
+    return out_.take_value();
   }
 
   // ~spark discards an unforced spark, or waits (uninterruptibly) for the

@@ -51,6 +51,44 @@ TEST_P(Sparks, ParfibIsRightAndEverySparkRunsExactlyOnce) {
   }
 }
 
+// The first get() moves the value out; a second one is a misuse and says
+// so instead of returning a moved-from value.  An exception is rethrown by
+// every get(), and a void spark may be got again.  At -N2 the spark may be
+// stolen and run by a spark thread first: the rule is the same.
+TEST_P(Sparks, ASecondGetOfAValueIsAUsageErrorNotAMovedFromValue) {
+  std::string first, said;
+  int again_thrown = 0;
+  bool void_twice = false;
+  run([&] {
+    auto s = capstan::par([] { return std::string(40, 'x') + std::to_string(sfib(20)); });
+    first = s.get();
+    try {
+      (void)s.get();
+      said = "(returned)";
+    } catch (const capstan::usage_error& e) {
+      said = e.what();
+    }
+    auto e = capstan::par([]() -> int { throw std::runtime_error("spark failed"); });
+    for (int i = 0; i < 2; ++i) {
+      try {
+        (void)e.get();
+      } catch (const std::runtime_error&) {
+        ++again_thrown;
+      }
+    }
+    int calls = 0;
+    auto v = capstan::par([&calls] { ++calls; });
+    v.get();
+    v.get();
+    void_twice = calls == 1;
+  });
+  EXPECT_EQ(first, std::string(40, 'x') + std::to_string(sfib(20)));
+  EXPECT_NE(said.find("capstan::spark::get"), std::string::npos) << said;
+  EXPECT_NE(said.find("already taken"), std::string::npos) << said;
+  EXPECT_EQ(again_thrown, 2) << "an exception is rethrown by every get()";
+  EXPECT_TRUE(void_twice) << "a void spark's second get() must return without running it again";
+}
+
 // get() is a safe point (Note [A spark's safe point]): a thread whose work
 // is only sparks and their gets is preempted, timed out and killed like any
 // other.  Each loop gives up after 3 s, so a get() that is no safe point

@@ -32,7 +32,7 @@ class outcome {
   outcome& operator=(const outcome&) = delete;
   ~outcome() {
     if constexpr (!std::is_trivially_destructible_v<stored>) {
-      if (has_ == kValue) value_.~stored();
+      if (has_ == kValue || has_ == kTaken) value_.~stored();
     }
     if (has_ == kError) destroy_error();
   }
@@ -80,6 +80,8 @@ class outcome {
   bool has_value() const noexcept { return has_ == kValue; }
   // failed tells whether f threw; error is what it threw.
   bool failed() const noexcept { return has_ == kError; }
+  // taken tells whether take_value() has moved the value out already.
+  bool taken() const noexcept { return has_ == kTaken; }
   const std::exception_ptr& error() const noexcept { return error_; }
 
   // get returns f's result (moved out) or rethrows its exception.
@@ -97,6 +99,16 @@ class outcome {
     }
   }
 
+  // take_value is value() for a holder that may be asked twice (a spark's
+  // get()): it marks the value taken, so that has_value() is false after
+  // it and taken() true; the moved-from value is still destroyed with the
+  // outcome.  A void result is never marked: returning it again is
+  // harmless.
+  R take_value() {
+    if constexpr (!std::is_void_v<R>) has_ = kTaken;
+    return value();
+  }
+
  private:
   // Out of line: inlined into ~outcome, GCC's -Wmaybe-uninitialized took
   // the union's exception_ptr for uninitialized on the value path (a false
@@ -104,7 +116,7 @@ class outcome {
   // cold anyway.
   [[gnu::cold, gnu::noinline]] void destroy_error() noexcept { error_.~exception_ptr(); }
 
-  enum : unsigned char { kNothing, kValue, kError };
+  enum : unsigned char { kNothing, kValue, kError, kTaken };
   union {
     stored value_;
     std::exception_ptr error_;
