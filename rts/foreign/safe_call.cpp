@@ -154,9 +154,7 @@ namespace {
   }
   // Unbound: leave through our scheduler context, which queues us (and
   // clears in_safe_call after the push).
-  task->post.migrant = cur;
-  task->post.migrate_to = cap;
-  task->post.migrant_returning = true;
+  task->post.send_migrant(cur, cap, true);
   switch_to_scheduler_capless(task, cur);
   // --- resumed by whichever Task holds the capability now ---
 }

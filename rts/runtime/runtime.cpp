@@ -272,6 +272,8 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
     task0->bound_thread = main_thread;
 
     trace_start();  // +RTS -l: before any other OS thread (rt.tracing is [start])
+    // Note [Switch hooks] (schedule/switch.hpp): before the first switch.
+    rt.switch_hooks = rt.tracing || rt.sanitizers || rt.switch_every_safe_point;
     // Note [Starting on another CPU] (task/task.cpp)
     for (unsigned i = 1; i < rt.n_caps; ++i)
       start_os_thread(initial[i], rt.scheduler_loop, /*elsewhere=*/true);

@@ -61,6 +61,9 @@ struct Runtime {
   bool switch_every_safe_point = false;          // [start] +RTS -C0
   bool membarrier_ok = false;                    // [start] process registered for membarrier
   bool sanitizers = false;                       // [start] ASan or TSan fiber hooks present
+  // [start] tracing || sanitizers || switch_every_safe_point: Note [Switch hooks]
+  // (schedule/switch.hpp); true until run_main has decided.
+  bool switch_hooks = true;
   bool bias_locks = false;                       // [start] Note [Biased locks] (capstan/detail/mvar_core.hpp)
   // [start] the scheduler loop a new worker Task runs (schedule/schedule.hpp):
   // set by run_main, so that task/ starts workers without calling up into schedule/.

@@ -25,8 +25,7 @@ void migrate_current_to(Capability* target) {
   cur->cap = target;
   cur->state = ThreadState::runnable;
   Thread* next = pick(cap);
-  task->post.migrant = cur;
-  task->post.migrate_to = target;
+  task->post.send_migrant(cur, target, false);
   switch_to(task, cap, cur, next, false, SwitchWhy::migrated);
 }
 

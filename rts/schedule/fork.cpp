@@ -58,7 +58,7 @@ void notify_shutdown() {
     task->bound_done = true;
   }
   Thread* next = task_leaves ? nullptr : pick(cap);
-  task->post.dead = self;
+  task->post.leave_dead(self);
   switch_to(task, cap, self, next, /*from_dying=*/true, SwitchWhy::finished);
   __builtin_unreachable();
 }

@@ -32,19 +32,19 @@ namespace capstan::rts {
 // message) and aborts: for stacks the arena could not guard.
 [[noreturn]] void fatal_stack_overflow(Thread* t);
 
-// after_switch runs on the landing side of every switch.  `p` is the post
-// box of the Task that switched (the same OS thread as ours).
-static inline void after_switch(PostSwitch* p) {
-  if (Thread* dead = p->dead) [[unlikely]] {
+// after_switch_rare is after_switch when a thread died or migrates: in
+// the order the common path keeps (the unlock between the two).
+[[gnu::noinline]] static void after_switch_rare(PostSwitch* p) {
+  p->rare = false;
+  if (Thread* dead = p->dead) {
     p->dead = nullptr;
     recycle(my_task()->cap, dead);
   }
   if (std::atomic<bool>* lock = p->unlock) {
     p->unlock = nullptr;
-    // The blocked thread is off its stack: others may wake it now.
-    lock->store(false, std::memory_order_release);
+    lock->store(false, std::memory_order_release);  // as in after_switch
   }
-  if (Thread* t = p->migrant) [[unlikely]] {
+  if (Thread* t = p->migrant) {
     p->migrant = nullptr;
     Capability* target = p->migrate_to;
     bool returning = p->migrant_returning;
@@ -58,6 +58,20 @@ static inline void after_switch(PostSwitch* p) {
     // safe point (Note [Returning from a safe call]).
     if (returning) target->context_switch.fetch_or(kReturning, std::memory_order_relaxed);
     notify_capability(target);
+  }
+}
+
+// after_switch runs on the landing side of every switch.  `p` is the post
+// box of the Task that switched (the same OS thread as ours).
+static inline void after_switch(PostSwitch* p) {
+  if (p->rare) [[unlikely]] {
+    after_switch_rare(p);
+    return;
+  }
+  if (std::atomic<bool>* lock = p->unlock) {
+    p->unlock = nullptr;
+    // The blocked thread is off its stack: others may wake it now.
+    lock->store(false, std::memory_order_release);
   }
 }
 
@@ -83,7 +97,10 @@ static inline void stay_running(Task* task, Thread* cur) {
 // [Running out of stacks] in storage/stack.cpp); fork.cpp.
 void* reserve_stack(Thread* t);
 
-static inline void prepare_stack(Capability* cap, Thread* t) {
+// Out of line: inlined into a switch it made the yield and hand-off paths
+// spill more (switch 1000000 under callgrind 406.5 M instructions out of
+// line, 412.5 M inline), for a call once in a thread's life.
+[[gnu::noinline]] static void prepare_stack(Capability* cap, Thread* t) {
   t->stack_lo = cap->stacks.get();
   if (!t->stack_lo) [[unlikely]] t->stack_lo = reserve_stack(t);
   // See sanitizer.hpp: no redzone left by the stack's or the address's past.
@@ -94,14 +111,14 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
   cap->stacks_allocated.add();
 }
 
-// switch_to leaves `from` (null: the Task's scheduler context) for `to`
-// (null: the scheduler context).  The caller has already requeued, blocked
-// or finished `from`.  Returns when someone switches back to `from`.
-// `why` says why `from` leaves, for the event trace (trace/trace.hpp).
-[[gnu::always_inline]] static inline void switch_to(Task* task, Capability* cap, Thread* from,
-                                                    Thread* to, bool from_dying,
-                                                    SwitchWhy why = SwitchWhy::none) {
-  if (rt.tracing) [[unlikely]]
+// switch_impl is switch_to, compiled twice (Note [Switch hooks]): with
+// Hooks false it leaves out the event trace, +RTS -C0's expiry and the
+// sanitizers' fiber calls, which rt.switch_hooks says are all off.
+template <bool Hooks>
+[[gnu::always_inline]] static inline void switch_impl(Task* task, Capability* cap, Thread* from,
+                                                      Thread* to, bool from_dying,
+                                                      SwitchWhy why) {
+  if (Hooks && rt.tracing) [[unlikely]]
     trace_switch(cap, from, to, why);
   int* errno_loc = task->errno_loc;
   EhGlobals* eh = task->eh;
@@ -139,7 +156,7 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
     if (to->async_pending.load(std::memory_order_relaxed)) [[unlikely]]
       cap->context_switch.fetch_or(kInterrupt, std::memory_order_relaxed);
     cap->context_switches.add();
-    if (rt.switch_every_safe_point) [[unlikely]]
+    if (Hooks && rt.switch_every_safe_point) [[unlikely]]
       // An RMW, never a plain store, which could clear a thrower's
       // kInterrupt (Note [Requeue front or back]).
       cap->context_switch.fetch_or(kTimesliceExpired, std::memory_order_relaxed);
@@ -148,7 +165,7 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
     if (cap) cap->current = nullptr;  // null: a capless Task back from a safe call
     target = task->sched_sp;
   }
-  if (!rt.sanitizers) [[likely]] {
+  if (!Hooks || !rt.sanitizers) [[likely]] {
     void* arg = capstan_switch(save, target, &task->post);
     // --- we may be on another OS thread now: `task` and `cap` are stale ---
     after_switch(static_cast<PostSwitch*>(arg));
@@ -165,6 +182,38 @@ static inline void prepare_stack(Capability* cap, Thread* t) {
   void* arg = capstan_switch(save, target, &task->post);
   if (san::asan()) __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
   after_switch(static_cast<PostSwitch*>(arg));
+}
+
+// Out of line: the hooked switch is never the common path.
+[[gnu::noinline]] static void switch_hooked(Task* task, Capability* cap, Thread* from, Thread* to,
+                                            bool from_dying, SwitchWhy why) {
+  switch_impl<true>(task, cap, from, to, from_dying, why);
+}
+
+// Note [Switch hooks]
+// ~~~~~~~~~~~~~~~~~~~
+// Three things a switch may have to do are fixed for the whole run: write
+// an event for the trace (+RTS -l), expire the next thread's timeslice at
+// once (+RTS -C0), and tell ASan and TSan about the new stack.  Each was a
+// load and a branch on every switch; rt.switch_hooks is their OR, set once
+// at start, and a switch with none of them tests that one flag and runs a
+// copy compiled without the three (switch_impl<false>).  It defaults to
+// true, so a switch before run_main has decided (right after trace_start,
+// in runtime/runtime.cpp) takes the complete copy.  A new hook guarded by
+// `Hooks` must join that OR, or the common path would skip it.
+
+// switch_to leaves `from` (null: the Task's scheduler context) for `to`
+// (null: the scheduler context).  The caller has already requeued, blocked
+// or finished `from`.  Returns when someone switches back to `from`.
+// `why` says why `from` leaves, for the event trace (trace/trace.hpp).
+[[gnu::always_inline]] static inline void switch_to(Task* task, Capability* cap, Thread* from,
+                                                    Thread* to, bool from_dying,
+                                                    SwitchWhy why = SwitchWhy::none) {
+  if (rt.switch_hooks) [[unlikely]] {
+    switch_hooked(task, cap, from, to, from_dying, why);
+    return;
+  }
+  switch_impl<false>(task, cap, from, to, from_dying, why);
 }
 
 }  // namespace capstan::rts

@@ -76,6 +76,21 @@ struct PostSwitch {
   Thread* migrant = nullptr;                 // send to migrate_to's inbox once off its stack
   Capability* migrate_to = nullptr;
   bool migrant_returning = false;             // a thread returning from a safe call
+  // dead or migrant is set: the landing side tests this one byte, not
+  // both pointers (the common switch has neither).  Set through the two
+  // functions below, never directly.
+  bool rare = false;
+
+  void leave_dead(Thread* t) noexcept {
+    dead = t;
+    rare = true;
+  }
+  void send_migrant(Thread* t, Capability* to, bool returning) noexcept {
+    migrant = t;
+    migrate_to = to;
+    migrant_returning = returning;
+    rare = true;
+  }
 };
 
 enum class TaskKind : std::uint8_t { main, worker, os_bound, foreign };
