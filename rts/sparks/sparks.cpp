@@ -283,7 +283,7 @@ void spark_cancelled() { throw thread_killed{}; }
 void spark_got_twice() {
   throw usage_error(
       "capstan::spark::get: the result was already taken by an earlier get() (call it once; "
-      "an exception is rethrown by every get(), a value is moved out by the first)");
+      "a value is moved out by the first get(), an exception is rethrown by every get())");
 }
 
 void spark_rethrow(const std::exception_ptr& e) { std::rethrow_exception(e); }

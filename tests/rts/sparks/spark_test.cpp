@@ -53,12 +53,12 @@ TEST_P(Sparks, ParfibIsRightAndEverySparkRunsExactlyOnce) {
 
 // The first get() moves the value out; a second one is a misuse and says
 // so instead of returning a moved-from value.  An exception is rethrown by
-// every get(), and a void spark may be got again.  At -N2 the spark may be
-// stolen and run by a spark thread first: the rule is the same.
+// every get(), and a void or reference spark may be got again.  At -N2 the
+// spark may be stolen and run by a spark thread first: the rule is the same.
 TEST_P(Sparks, ASecondGetOfAValueIsAUsageErrorNotAMovedFromValue) {
   std::string first, said;
   int again_thrown = 0;
-  bool void_twice = false;
+  bool void_twice = false, ref_twice = false;
   run([&] {
     auto s = capstan::par([] { return std::string(40, 'x') + std::to_string(sfib(20)); });
     first = s.get();
@@ -81,12 +81,18 @@ TEST_P(Sparks, ASecondGetOfAValueIsAUsageErrorNotAMovedFromValue) {
     v.get();
     v.get();
     void_twice = calls == 1;
+    // Nothing moves out of a reference spark: it returns the same referent.
+    int target = 7;
+    auto r = capstan::par([&target]() -> int& { return target; });
+    int* first_ref = &r.get();
+    ref_twice = first_ref == &target && &r.get() == &target;
   });
   EXPECT_EQ(first, std::string(40, 'x') + std::to_string(sfib(20)));
   EXPECT_NE(said.find("capstan::spark::get"), std::string::npos) << said;
   EXPECT_NE(said.find("already taken"), std::string::npos) << said;
   EXPECT_EQ(again_thrown, 2) << "an exception is rethrown by every get()";
   EXPECT_TRUE(void_twice) << "a void spark's second get() must return without running it again";
+  EXPECT_TRUE(ref_twice) << "a reference spark's second get() must return the same referent";
 }
 
 // get() is a safe point (Note [A spark's safe point]): a thread whose work

@@ -100,13 +100,19 @@ class outcome {
   }
 
   // take_value is value() for a holder that may be asked twice (a spark's
-  // get()): it marks the value taken, so that has_value() is false after
-  // it and taken() true; the moved-from value is still destroyed with the
-  // outcome.  A void result is never marked: returning it again is
-  // harmless.
+  // get()): once the value has moved out it is marked taken, so that
+  // has_value() is false and taken() true; the moved-from value is still
+  // destroyed with the outcome.  If the move throws, nothing is marked.
+  // A void or reference result is never marked: nothing moves, and
+  // returning it again is harmless.
   R take_value() {
-    if constexpr (!std::is_void_v<R>) has_ = kTaken;
-    return value();
+    if constexpr (std::is_void_v<R> || std::is_reference_v<R>) {
+      return value();
+    } else {
+      R r = value();
+      has_ = kTaken;
+      return r;
+    }
   }
 
  private:
