@@ -33,9 +33,10 @@ void trim_pool(detail::spark_pool* p);
 
 // wake_one_sleeper wakes one sleeping capability (the first whose
 // spark_wake flag it sets), unless one woken so is still on its way; it
-// looks for sparks and stalled capabilities.  spark_wake_sleeper, par()'s
-// call, does so only while a CPU is free (Note [Waking capabilities for
-// sparks]); the watch for stalled capabilities calls this directly.
+// looks for sparks and stalled capabilities.  spark_wake_sleeper (par()'s,
+// through spark_wake_sleeper_for, and the ticker's) does so only while a
+// CPU is free (Note [Waking capabilities for sparks]); the watch for
+// stalled capabilities calls this directly.
 void wake_one_sleeper() noexcept;
 
 // An early request (Note [Asking before the sparks exist], pool.cpp) is

@@ -53,6 +53,9 @@ struct spark_pool {
   rts::Capability* cap = nullptr;                 // the owner
   // Owner-written counters (relaxed stores), read by statistics.
   std::atomic<std::uint64_t> created{0}, overflowed{0}, fizzled{0}, gcd{0};
+  // [owner] par()s left before it next tries to wake a sleeper after a try
+  // that found no free CPU: Note [Waking capabilities for sparks].
+  std::uint32_t wake_skip = 0;
 
   std::uint64_t size() const {
     return top.load(std::memory_order_relaxed) - bottom.load(std::memory_order_relaxed);
@@ -127,7 +130,10 @@ void spark_force_slow(spark_base* s);     // get() when the fast path cannot
 void spark_discard_slow(spark_base* s) noexcept;  // ~spark of an unforced spark: never throws
 void spark_overflow(spark_pool* p) noexcept;
 bool spark_make_room(spark_pool* p) noexcept;  // drops holes; true if not full now
-void spark_wake_sleeper() noexcept;
+// spark_wake_sleeper wakes one sleeping capability for sparks if a CPU is
+// free; false if none was (Note [Waking capabilities for sparks]).
+bool spark_wake_sleeper() noexcept;
+void spark_wake_sleeper_for(spark_pool* p) noexcept;  // par()'s: backs off while no CPU is free
 [[noreturn]] void spark_cancelled();       // throws thread_killed
 [[noreturn]] void spark_got_twice();       // throws usage_error: get() after its value was taken
 [[noreturn]] void spark_rethrow(const std::exception_ptr& e);
@@ -302,8 +308,9 @@ class spark : detail::spark_base {
     p->top.store(t + 1, std::memory_order_relaxed);
     detail::bump(p->created);
     if (p->request.load(std::memory_order_relaxed)) [[unlikely]] detail::spark_respond(p);
-    if (detail::g_spark_sleepers.load(std::memory_order_relaxed)) [[unlikely]]
-      detail::spark_wake_sleeper();
+    if (detail::g_spark_sleepers.load(std::memory_order_relaxed)) [[unlikely]] {
+      if (p->wake_skip == 0) detail::spark_wake_sleeper_for(p); else --p->wake_skip;
+    }
   }
 
   void (*cleanup_)(void*) noexcept = nullptr;  // destroys (and frees) the closure
