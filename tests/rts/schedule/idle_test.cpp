@@ -5,7 +5,9 @@
 // capability early still ends in sleep.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "capstan_test.hpp"
 #include "runtime/runtime.hpp"
@@ -53,6 +55,41 @@ TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
   EXPECT_EQ(sp.created, unsigned{kSparks});
   EXPECT_EQ(sp.converted, 0u) << "a capability was woken for sparks with no CPU free";
   EXPECT_EQ(sp.fizzled, unsigned{kSparks});
+}
+
+// Without a free CPU, a par() that finds sleepers tries once to wake one
+// and the pool then skips the next 64 tries (Note [Waking capabilities for
+// sparks]): the countdown drops by one a par() and the next failed try
+// sets it again.  Without the back-off every par() read the shared counts
+// (2 % of parfib's samples at -N8 on two CPUs).
+TEST_F(Idle, ParBacksOffFromWakingASleeperWithoutAFreeCpu) {
+  capstan_test::CpuPin pin(1);
+  ASSERT_TRUE(pin.ok()) << "sched_setaffinity failed";
+  constexpr int kSparks = 200;
+  std::vector<std::uint32_t> seen;
+  long sum = 0;
+  bool all_slept = false;
+  capstan::run(capstan_test::opts(3), [&] {
+    ASSERT_EQ(rt.n_cpus, 1u);
+    all_slept = capstan_test::wait_until(
+        [&] {
+          return rt.caps[1]->hold.load() == Hold::sleeping &&
+                 rt.caps[2]->hold.load() == Hold::sleeping;
+        },
+        [] { capstan::sleep_for(std::chrono::milliseconds(1)); });
+    const auto& pool = rt.caps[0]->sparks;  // main is bound to capability 0
+    for (int i = 0; i < kSparks; ++i) {
+      auto s = capstan::par([i] { return i; });
+      seen.push_back(pool.wake_skip);
+      sum += s.get();
+    }
+  });
+  ASSERT_TRUE(all_slept);
+  EXPECT_EQ(sum, long{kSparks} * (kSparks - 1) / 2);
+  ASSERT_EQ(seen.size(), std::size_t{kSparks});
+  for (int i = 0; i < kSparks; ++i)
+    ASSERT_EQ(seen[i], 64u - static_cast<unsigned>(i % 65)) << "after par() number " << i;
+  EXPECT_EQ(capstan::statistics().sparks.converted, 0u);
 }
 
 // The watch for stalled capabilities is not speculative: threads queued
