@@ -22,6 +22,18 @@ using capstan_test::busy_work;
 
 class Idle : public RuntimeTest {};
 
+// Lets capabilities 1 and 2 reach their sleep: they need the CPU to get
+// there, so the caller (main) sleeps rather than yields.  False if they
+// did not within wait_until's limit.
+bool until_capabilities_1_and_2_sleep() {
+  return capstan_test::wait_until(
+      [] {
+        return rt.caps[1]->hold.load() == Hold::sleeping &&
+               rt.caps[2]->hold.load() == Hold::sleeping;
+      },
+      [] { capstan::sleep_for(std::chrono::milliseconds(1)); });
+}
+
 // Every capability but main's asleep, one CPU: main's par() calls must not
 // wake a sleeper (without the rule, the first par() wakes one, which steals
 // and converts sparks, time-slicing with main on the one CPU).
@@ -34,14 +46,7 @@ TEST_F(Idle, NoCapabilityIsWokenForSparksWithoutAFreeCpu) {
   bool all_slept = false;
   capstan::run(capstan_test::opts(3), [&] {
     ASSERT_EQ(rt.n_cpus, 1u);
-    // Let capabilities 1 and 2 reach their sleep (they need the CPU to get
-    // there, so main sleeps rather than yields).
-    all_slept = capstan_test::wait_until(
-        [&] {
-          return rt.caps[1]->hold.load() == Hold::sleeping &&
-                 rt.caps[2]->hold.load() == Hold::sleeping;
-        },
-        [] { capstan::sleep_for(std::chrono::milliseconds(1)); });
+    all_slept = until_capabilities_1_and_2_sleep();
     for (int i = 0; i < kSparks; ++i) {
       auto s = capstan::par([i] { return busy_work(20) + i; });
       long mine = busy_work(20);
@@ -71,12 +76,7 @@ TEST_F(Idle, ParBacksOffFromWakingASleeperWithoutAFreeCpu) {
   bool all_slept = false;
   capstan::run(capstan_test::opts(3), [&] {
     ASSERT_EQ(rt.n_cpus, 1u);
-    all_slept = capstan_test::wait_until(
-        [&] {
-          return rt.caps[1]->hold.load() == Hold::sleeping &&
-                 rt.caps[2]->hold.load() == Hold::sleeping;
-        },
-        [] { capstan::sleep_for(std::chrono::milliseconds(1)); });
+    all_slept = until_capabilities_1_and_2_sleep();
     const auto& pool = rt.caps[0]->sparks;  // main is bound to capability 0
     for (int i = 0; i < kSparks; ++i) {
       auto s = capstan::par([i] { return i; });
