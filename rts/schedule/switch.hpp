@@ -32,6 +32,15 @@ namespace capstan::rts {
 // message) and aborts: for stacks the arena could not guard.
 [[noreturn]] void fatal_stack_overflow(Thread* t);
 
+// release_blocker releases the lock word of a thread that blocked on its
+// way out (park.hpp): it is off its stack now, and others may wake it.
+static inline void release_blocker(PostSwitch* p) {
+  if (std::atomic<bool>* lock = p->unlock) {
+    p->unlock = nullptr;
+    lock->store(false, std::memory_order_release);
+  }
+}
+
 // after_switch_rare is after_switch when a thread died or migrates: in
 // the order the common path keeps (the unlock between the two).
 [[gnu::noinline]] static void after_switch_rare(PostSwitch* p) {
@@ -40,10 +49,7 @@ namespace capstan::rts {
     p->dead = nullptr;
     recycle(my_task()->cap, dead);
   }
-  if (std::atomic<bool>* lock = p->unlock) {
-    p->unlock = nullptr;
-    lock->store(false, std::memory_order_release);  // as in after_switch
-  }
+  release_blocker(p);
   if (Thread* t = p->migrant) {
     p->migrant = nullptr;
     Capability* target = p->migrate_to;
@@ -68,11 +74,7 @@ static inline void after_switch(PostSwitch* p) {
     after_switch_rare(p);
     return;
   }
-  if (std::atomic<bool>* lock = p->unlock) {
-    p->unlock = nullptr;
-    // The blocked thread is off its stack: others may wake it now.
-    lock->store(false, std::memory_order_release);
-  }
+  release_blocker(p);
 }
 
 // requeue_running puts `cur`, which is still running on this OS thread,

@@ -71,8 +71,7 @@ void take_capability(Task* task, Capability* cap) noexcept {
   // load, which may meet a Task made an instant ago by an in-call.
   cap->running_task.store(task, std::memory_order_release);
   cap->held_by_incall.store(task->kind == TaskKind::foreign, std::memory_order_relaxed);
-  // Note [Biased locks] for bias_owner.
-  detail::tl_here = {&cap->sparks, &cap->context_switch, rt.bias_locks};
+  detail::tl_here = here_of(cap);
 }
 
 Capability* drop_capability(Task* task) noexcept {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "capability/capability.hpp"
+#include "runtime/runtime.hpp"
 #include "task/task.hpp"
 
 namespace capstan::rts {
@@ -47,6 +48,11 @@ void notify_capability(Capability* cap) noexcept;
 
 // Installs `task` on the calling OS thread as holder of `cap`.
 void take_capability(Task* task, Capability* cap) noexcept;
+// here_of is what detail::tl_here (capstan/detail/bridge.hpp) holds while
+// the calling OS thread holds `cap` (Note [Biased locks] for bias_owner).
+inline detail::capability_here here_of(Capability* cap) noexcept {
+  return {&cap->sparks, &cap->context_switch, rt.bias_locks};
+}
 // drop_capability undoes take_capability: `task` (on its own OS thread)
 // stops holding its capability, which it returns; the caller then passes
 // it on (give, give_capability_to_spare) or releases it.

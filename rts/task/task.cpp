@@ -15,6 +15,7 @@
 #include "primitives/sanitizer.hpp"
 #include "capstan/detail/mvar_core.hpp"
 #include "runtime/runtime.hpp"
+#include "task/handover.hpp"
 #include "task/overflow_handler.hpp"
 
 namespace __cxxabiv1 {
@@ -42,10 +43,7 @@ __attribute__((noinline)) void set_my_task(Task* t) noexcept {
 
 void bind_task_to_this_os_thread(Task* t) {
   set_my_task(t);
-  // Note [Biased locks] for bias_owner.
-  detail::tl_here = t && t->cap ? detail::capability_here{&t->cap->sparks, &t->cap->context_switch,
-                                                         rt.bias_locks}
-                                : detail::capability_here{};
+  detail::tl_here = t && t->cap ? here_of(t->cap) : detail::capability_here{};
   t->errno_loc = &errno;
   t->eh = reinterpret_cast<EhGlobals*>(__cxxabiv1::__cxa_get_globals());
   t->os_tid.store(static_cast<int>(::gettid()), std::memory_order_relaxed);
