@@ -43,6 +43,10 @@ static_assert(offsetof(X64Frame, rbx) == CAPSTAN_X64_RBX);
 static_assert(offsetof(X64Frame, rbp) == CAPSTAN_X64_RBP);
 static_assert(offsetof(X64Frame, rip) == CAPSTAN_X64_RIP);
 static_assert(sizeof(X64Frame) == CAPSTAN_X64_FRAME);
+// capstan_switch's first instruction stores MXCSR below rsp, into the slot
+// its pushes then frame (switch_x86_64_sysv.S, "The control state is read
+// first"): the slot must lie within the System V red zone (128 bytes).
+static_assert(CAPSTAN_X64_FRAME - 8 - CAPSTAN_X64_FP_CTRL <= 128);
 #elif defined(CAPSTAN_CONTEXT_ASM) && defined(__aarch64__)
 struct A64Frame {
   double d[8];

@@ -12,6 +12,18 @@
  * The switch is a plain function in its own object: the compiler treats it
  * as an opaque call, so every caller-saved register is dead across it and
  * memory is clobbered.  Never inline it.
+ *
+ * The control state is read first.  stmxcsr is slow to deliver its store:
+ * a load of the same slot soon after waits for it (on this project's AMD
+ * EPYC machine the switch read its MXCSR back six instructions after
+ * the stmxcsr, and that wait was about a tenth of a yield).  So stmxcsr is
+ * the first instruction, writing below rsp into the slot the pushes then
+ * frame, and the comparison that reads it back is the last thing before
+ * the return.  Measured, interleaved, medians of 21: `switch 10000000
+ * +RTS -N1` 14.98 -> 13.02 ns a yield; the variant that also moved fnstcw
+ * first was slower (14.18), and the one that drops the comparison for an
+ * unconditional ldmxcsr no faster (13.04).  docs/benchmarks.md, "Reading
+ * MXCSR early".
  */
 #define CAPSTAN_BUILD_ASM 1
 #include "asm/context_frame.h"
@@ -22,6 +34,10 @@
         .p2align 4
 capstan_switch:
         .cfi_startproc
+        /* See "The control state is read first" above: MXCSR goes straight
+           into its slot of the frame about to be pushed (rsp - 0x40, inside
+           the red zone, which no signal or interrupt may touch). */
+        stmxcsr -(CAPSTAN_X64_FRAME - 8 - CAPSTAN_X64_FP_CTRL)(%rsp)
         pushq   %rbp
         pushq   %rbx
         pushq   %r12
@@ -29,21 +45,17 @@ capstan_switch:
         pushq   %r14
         pushq   %r15
         subq    $16, %rsp
-        stmxcsr CAPSTAN_X64_FP_CTRL(%rsp)
         fnstcw  CAPSTAN_X64_FP_CTRL+4(%rsp)
         movq    %rsp, %r8               /* r8 = our frame */
         movq    %rsp, (%rdi)            /* publish our saved sp */
         movq    %rsi, %rsp              /* now on the target stack */
         /* ldmxcsr and fldcw are slow: skip them when the target's control
            state equals ours, which is the common case. */
-        movl    CAPSTAN_X64_FP_CTRL(%rsp), %ecx
-        cmpl    %ecx, CAPSTAN_X64_FP_CTRL(%r8)
-        jne     .Lload_mxcsr
-.Lmxcsr_done:
         movzwl  CAPSTAN_X64_FP_CTRL+4(%rsp), %ecx
         cmpw    %cx, CAPSTAN_X64_FP_CTRL+4(%r8)
         jne     .Lload_x87cw
 .Lx87cw_done:
+        movl    CAPSTAN_X64_FP_CTRL(%rsp), %ecx
         addq    $16, %rsp
         popq    %r15
         popq    %r14
@@ -51,11 +63,18 @@ capstan_switch:
         popq    %r12
         popq    %rbx
         popq    %rbp
+        /* Our MXCSR, stored by the first instruction, is read back only
+           here, 17 instructions later. */
+        cmpl    %ecx, CAPSTAN_X64_FP_CTRL(%r8)
+        jne     .Lload_mxcsr
+.Lmxcsr_done:
         movq    %rdx, %rax
         movq    %rdx, %rdi
         ret
 .Lload_mxcsr:
-        ldmxcsr CAPSTAN_X64_FP_CTRL(%rsp)
+        /* rsp is now the target's frame + 0x40 (its return address): its
+           MXCSR slot is where the first instruction wrote ours. */
+        ldmxcsr -(CAPSTAN_X64_FRAME - 8 - CAPSTAN_X64_FP_CTRL)(%rsp)
         jmp     .Lmxcsr_done
 .Lload_x87cw:
         fldcw   CAPSTAN_X64_FP_CTRL+4(%rsp)
