@@ -2,6 +2,10 @@
 // must survive switches and migration, errors, and scale.
 #include <cerrno>
 #include <cfenv>
+#if defined(__x86_64__)
+#include <fpu_control.h>
+#include <xmmintrin.h>
+#endif
 #include <atomic>
 #include <set>
 #include <thread>
@@ -99,6 +103,53 @@ TEST_P(Threads, RoundingModeIsPerThreadAcrossSwitchesAndMigration) {
     EXPECT_EQ(std::fegetround(), FE_TONEAREST);
   });
 }
+
+#if defined(__x86_64__)
+// The whole floating-point control state is each thread's, not only the
+// rounding mode: MXCSR's flush-to-zero and denormals-are-zero bits, and the
+// x87 control word's precision field, which fesetround does not touch.  The
+// switch reads MXCSR at its first instruction and compares it at its last
+// (rts/asm/switch_x86_64_sysv.S): a slot or offset wrong there would load
+// another thread's state, or none.
+TEST_P(Threads, FloatingPointControlStateIsPerThreadAcrossSwitchesAndMigration) {
+  constexpr unsigned kControl = 0xFFC0;  // MXCSR's control bits (the status flags are 0-5)
+  constexpr unsigned kRounding[] = {_MM_ROUND_NEAREST, _MM_ROUND_DOWN, _MM_ROUND_UP,
+                                    _MM_ROUND_TOWARD_ZERO};
+  constexpr fpu_control_t kPrecision[] = {_FPU_SINGLE, _FPU_DOUBLE, _FPU_EXTENDED};
+  run([&] {
+    const unsigned main_csr = _mm_getcsr() & kControl;
+    fpu_control_t main_cw;
+    _FPU_GETCW(main_cw);
+    capstan::mvar<bool> done;
+    for (int i = 0; i < 24; ++i) {
+      capstan::fork_io([&, i] {
+        unsigned mine = (_MM_MASK_MASK | kRounding[i % 4] | (i & 4 ? 0x8000u : 0u) |  // FTZ
+                         (i & 8 ? 0x0040u : 0u)) & kControl;                            // DAZ
+        _mm_setcsr(mine);
+        fpu_control_t cw;
+        _FPU_GETCW(cw);
+        cw = static_cast<fpu_control_t>((cw & ~_FPU_EXTENDED) | kPrecision[i % 3]);
+        _FPU_SETCW(cw);
+        bool ok = true;
+        for (int k = 0; k < 50; ++k) {
+          capstan::yield();
+          fpu_control_t now;
+          _FPU_GETCW(now);
+          ok = ok && (_mm_getcsr() & kControl) == mine && now == cw;
+        }
+        _mm_setcsr(main_csr);
+        _FPU_SETCW(main_cw);
+        done.put(ok);
+      });
+    }
+    for (int i = 0; i < 24; ++i) EXPECT_TRUE(done.take()) << "a thread lost its control state";
+    fpu_control_t cw;
+    _FPU_GETCW(cw);
+    EXPECT_EQ(_mm_getcsr() & kControl, main_csr);
+    EXPECT_EQ(cw, main_cw);
+  });
+}
+#endif
 
 // Switching inside a catch block while other threads throw and catch must
 // not corrupt the caught-exception stack (EhGlobals in rts/thread/thread.hpp).
