@@ -9,7 +9,26 @@
 
 #include "asm/context.hpp"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 namespace {
+
+// fegetround reads only the x87 control word (glibc on x86-64): the SSE
+// unit's rounding mode lives in MXCSR, which the switch saves separately.
+int sse_rounding() {
+#if defined(__x86_64__)
+  return static_cast<int>(_mm_getcsr() & _MM_ROUND_MASK);
+#else
+  return -1;  // no separate unit: the fegetround checks cover it
+#endif
+}
+#if defined(__x86_64__)
+constexpr int kSseUp = _MM_ROUND_UP, kSseDown = _MM_ROUND_DOWN, kSseNearest = _MM_ROUND_NEAREST;
+#else
+constexpr int kSseUp = -1, kSseDown = -1, kSseNearest = -1;
+#endif
 
 struct Pair {
   void* main_sp = nullptr;
@@ -17,6 +36,7 @@ struct Pair {
   std::uintptr_t entry_alignment = 0;
   void* first_arg = nullptr;
   int rounding_seen = -1;
+  int sse_rounding_seen = -2;
   int counter = 0;
 };
 
@@ -30,13 +50,14 @@ void entry(void* arg) {
   alignas(16) volatile char probe[16] = {};
   g->entry_alignment = reinterpret_cast<std::uintptr_t>(&probe[0]) % 16;
   g->rounding_seen = std::fegetround();
-  std::fesetround(FE_UPWARD);  // must not leak into the other context
+  g->sse_rounding_seen = sse_rounding();
+  std::fesetround(FE_UPWARD);  // both units; must not leak into the other context
   for (;;) {
     ++g->counter;
     void* back = capstan_switch(&g->co_sp, g->main_sp, reinterpret_cast<void*>(static_cast<std::uintptr_t>(g->counter)));
     (void)back;
     // Our own rounding mode survives the round trip through main.
-    if (std::fegetround() != FE_UPWARD) std::abort();
+    if (std::fegetround() != FE_UPWARD || sse_rounding() != kSseUp) std::abort();
   }
 }
 
@@ -60,11 +81,14 @@ TEST(ContextSwitch, FreshContextsStartWithDefaultRoundingAndKeepTheirOwn) {
   std::fesetround(FE_DOWNWARD);
   capstan_switch(&p.main_sp, p.co_sp, nullptr);
   EXPECT_EQ(p.rounding_seen, FE_TONEAREST) << "a new context inherited the creator's rounding";
+  EXPECT_EQ(p.sse_rounding_seen, kSseNearest) << "a new context inherited the creator's MXCSR";
   EXPECT_EQ(std::fegetround(), FE_DOWNWARD) << "the coroutine's FE_UPWARD leaked back";
+  EXPECT_EQ(sse_rounding(), kSseDown) << "the coroutine's MXCSR leaked back";
   for (int i = 0; i < 1000; ++i) {
     void* r = capstan_switch(&p.main_sp, p.co_sp, nullptr);
     ASSERT_EQ(reinterpret_cast<std::uintptr_t>(r), static_cast<std::uintptr_t>(i + 2));
     ASSERT_EQ(std::fegetround(), FE_DOWNWARD);
+    ASSERT_EQ(sse_rounding(), kSseDown);
   }
   std::fesetround(FE_TONEAREST);
 }
