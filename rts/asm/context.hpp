@@ -1,8 +1,9 @@
 // context.hpp - the machine context of a green thread: one saved stack pointer.
 //
-// capstan_switch / capstan_make_context are implemented per ABI in this folder
-// (switch_x86_64_sysv.S, switch_aarch64.S) or by the portable ucontext fallback
-// (context_ucontext.cpp), chosen at configure time (meson option `context`).
+// capstan_switch / capstan_switch_dead / capstan_make_context are implemented
+// per ABI in this folder (switch_x86_64_sysv.S, switch_aarch64.S) or by the
+// portable ucontext fallback (context_ucontext.cpp), chosen at configure time
+// (meson option `context`).
 // Everything above this header sees one contract:
 //
 //   void* sp = capstan_make_context(stack_lo, stack_size, entry);
@@ -20,6 +21,9 @@ extern "C" {
 // capstan_switch saves the current context in *save_sp, resumes to_sp, and
 // returns `arg` (as passed by whoever later switches back to us).
 void* capstan_switch(void** save_sp, void* to_sp, void* arg);
+// capstan_switch_dead resumes to_sp (returning arg there) from a context
+// that will never be resumed - a finished thread: nothing of it is saved.
+[[noreturn]] void capstan_switch_dead(void* to_sp, void* arg);
 // capstan_make_context prepares a fresh stack whose first resumption calls
 // entry(arg); entry must never return.
 void* capstan_make_context(void* stack_lo, std::size_t size, void (*entry)(void* arg));

@@ -39,6 +39,12 @@ extern "C" void* capstan_switch(void** save_sp, void* to_sp, void* arg) {
   return me.arg;
 }
 
+extern "C" void capstan_switch_dead(void* to_sp, void* arg) {
+  void* discard;  // nobody resumes a dead context
+  capstan_switch(&discard, to_sp, arg);
+  std::abort();
+}
+
 extern "C" void* capstan_make_context(void* stack_lo, std::size_t size,
                                      void (*entry)(void* arg)) {
   auto lo = reinterpret_cast<std::uintptr_t>(stack_lo);

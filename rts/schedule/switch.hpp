@@ -168,6 +168,8 @@ template <bool Hooks>
     target = task->sched_sp;
   }
   if (!Hooks || !rt.sanitizers) [[likely]] {
+    // A finished thread is never resumed: nothing of it to save (asm/context.hpp).
+    if (from_dying) capstan_switch_dead(target, &task->post);
     void* arg = capstan_switch(save, target, &task->post);
     // --- we may be on another OS thread now: `task` and `cap` are stale ---
     after_switch(static_cast<PostSwitch*>(arg));
@@ -181,6 +183,7 @@ template <bool Hooks>
     __sanitizer_start_switch_fiber(from_dying ? nullptr : &fake_stack, lo, size);
   }
   if (san::tsan()) __tsan_switch_to_fiber(to ? to->tsan_fiber : task->tsan_fiber, 0);
+  if (from_dying) capstan_switch_dead(target, &task->post);
   void* arg = capstan_switch(save, target, &task->post);
   if (san::asan()) __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
   after_switch(static_cast<PostSwitch*>(arg));

@@ -149,6 +149,38 @@ TEST_P(Threads, FloatingPointControlStateIsPerThreadAcrossSwitchesAndMigration) 
     EXPECT_EQ(cw, main_cw);
   });
 }
+
+// A thread that finishes leaves through a switch that saves nothing of it
+// (capstan_switch_dead in rts/asm): the thread that runs next must still
+// get its own control state, not the finished one's.
+TEST_P(Threads, AFinishedThreadsControlStateDoesNotFollowIt) {
+  constexpr unsigned kControl = 0xFFC0;
+  run([&] {
+    const unsigned main_csr = _mm_getcsr() & kControl;
+    fpu_control_t main_cw;
+    _FPU_GETCW(main_cw);
+    capstan::mvar<bool> done;
+    bool ok = true;
+    for (int i = 0; i < 200; ++i) {
+      capstan::fork_io([&, i] {
+        // A fresh thread starts with the defaults, whatever the last one left.
+        fpu_control_t cw;
+        _FPU_GETCW(cw);
+        bool fresh = (_mm_getcsr() & kControl) == 0x1F80u && cw == _FPU_DEFAULT;
+        _mm_setcsr(_MM_MASK_MASK | _MM_ROUND_UP | 0x8040u);  // and FTZ, DAZ
+        fpu_control_t odd = static_cast<fpu_control_t>((cw & ~_FPU_EXTENDED) | (i % 2 ? _FPU_SINGLE : _FPU_DOUBLE));
+        _FPU_SETCW(odd);
+        done.put(fresh);  // may switch to main before this thread finishes
+      });
+      ok = ok && done.take();
+      capstan::yield();  // let it finish, here or on another capability
+      fpu_control_t cw;
+      _FPU_GETCW(cw);
+      ok = ok && (_mm_getcsr() & kControl) == main_csr && cw == main_cw;
+    }
+    EXPECT_TRUE(ok) << "a finished thread's MXCSR or x87 control word reached another thread";
+  });
+}
 #endif
 
 // Switching inside a catch block while other threads throw and catch must
