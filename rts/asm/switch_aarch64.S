@@ -8,6 +8,28 @@
 #define CAPSTAN_BUILD_ASM 1
 #include "asm/context_frame.h"
 
+/* land: the landing of both switches, on the target's frame at sp with
+   the current FPCR in x9: its FPCR loaded if it differs (msr is slow),
+   then what capstan_switch stored, and the frame popped. */
+.macro land
+        ldr     x10, [sp, #CAPSTAN_A64_FPCR]
+        cmp     x9, x10
+        b.eq    1f
+        msr     fpcr, x10
+1:
+        ldp     d8,  d9,  [sp, #0x00]
+        ldp     d10, d11, [sp, #0x10]
+        ldp     d12, d13, [sp, #0x20]
+        ldp     d14, d15, [sp, #0x30]
+        ldp     x19, x20, [sp, #0x40]
+        ldp     x21, x22, [sp, #0x50]
+        ldp     x23, x24, [sp, #0x60]
+        ldp     x25, x26, [sp, #0x70]
+        ldp     x27, x28, [sp, #0x80]
+        ldp     x29, x30, [sp, #0x90]
+        add     sp, sp, #CAPSTAN_A64_FRAME
+.endm
+
         .text
         .globl  capstan_switch
         .type   capstan_switch, %function
@@ -29,21 +51,7 @@ capstan_switch:
         mov     x10, sp
         str     x10, [x0]
         mov     sp, x1
-        ldr     x10, [sp, #CAPSTAN_A64_FPCR]
-        cmp     x9, x10
-        b.eq    1f
-        msr     fpcr, x10               /* only when it differs: msr is slow */
-1:      ldp     d8,  d9,  [sp, #0x00]
-        ldp     d10, d11, [sp, #0x10]
-        ldp     d12, d13, [sp, #0x20]
-        ldp     d14, d15, [sp, #0x30]
-        ldp     x19, x20, [sp, #0x40]
-        ldp     x21, x22, [sp, #0x50]
-        ldp     x23, x24, [sp, #0x60]
-        ldp     x25, x26, [sp, #0x70]
-        ldp     x27, x28, [sp, #0x80]
-        ldp     x29, x30, [sp, #0x90]
-        add     sp, sp, #CAPSTAN_A64_FRAME
+        land
         mov     x0, x2
         ret
         .size   capstan_switch, .-capstan_switch
@@ -57,21 +65,7 @@ capstan_switch:
 capstan_switch_dead:
         mrs     x9, fpcr
         mov     sp, x0
-        ldr     x10, [sp, #CAPSTAN_A64_FPCR]
-        cmp     x9, x10
-        b.eq    1f
-        msr     fpcr, x10               /* only when it differs: msr is slow */
-1:      ldp     d8,  d9,  [sp, #0x00]
-        ldp     d10, d11, [sp, #0x10]
-        ldp     d12, d13, [sp, #0x20]
-        ldp     d14, d15, [sp, #0x30]
-        ldp     x19, x20, [sp, #0x40]
-        ldp     x21, x22, [sp, #0x50]
-        ldp     x23, x24, [sp, #0x60]
-        ldp     x25, x26, [sp, #0x70]
-        ldp     x27, x28, [sp, #0x80]
-        ldp     x29, x30, [sp, #0x90]
-        add     sp, sp, #CAPSTAN_A64_FRAME
+        land
         mov     x0, x1
         ret
         .size   capstan_switch_dead, .-capstan_switch_dead

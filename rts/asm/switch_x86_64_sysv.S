@@ -45,6 +45,18 @@
 #define CAPSTAN_BUILD_ASM 1
 #include "asm/context_frame.h"
 
+/* pop_frame: what capstan_switch pushed, from its FP control slot at rsp
+   up to (not including) the return address: the landing of both switches. */
+.macro pop_frame
+        addq    $16, %rsp
+        popq    %r15
+        popq    %r14
+        popq    %r13
+        popq    %r12
+        popq    %rbx
+        popq    %rbp
+.endm
+
         .text
         .globl  capstan_switch
         .type   capstan_switch, @function
@@ -73,13 +85,7 @@ capstan_switch:
         jne     .Lload_x87cw
 .Lx87cw_done:
         movl    CAPSTAN_X64_FP_CTRL(%rsp), %ecx
-        addq    $16, %rsp
-        popq    %r15
-        popq    %r14
-        popq    %r13
-        popq    %r12
-        popq    %rbx
-        popq    %rbp
+        pop_frame
         /* Our MXCSR, stored by the first instruction, is read back only
            here, 17 instructions later. */
         cmpl    %ecx, CAPSTAN_X64_FP_CTRL(%r8)
@@ -112,13 +118,7 @@ capstan_switch_dead:
         cmpw    %cx, -8(%rsp)
         jne     .Ldead_load_x87cw
 .Ldead_x87cw_done:
-        addq    $16, %rsp
-        popq    %r15
-        popq    %r14
-        popq    %r13
-        popq    %r12
-        popq    %rbx
-        popq    %rbp
+        pop_frame
         movq    %rsi, %rax
         movq    %rsi, %rdi
         ret
