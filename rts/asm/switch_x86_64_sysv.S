@@ -87,7 +87,7 @@ capstan_switch:
         movl    CAPSTAN_X64_FP_CTRL(%rsp), %ecx
         pop_frame
         /* Our MXCSR, stored by the first instruction, is read back only
-           here, 17 instructions later. */
+           here, 23 instructions later. */
         cmpl    %ecx, CAPSTAN_X64_FP_CTRL(%r8)
         jne     .Lload_mxcsr
 .Lmxcsr_done:

@@ -93,6 +93,26 @@ TEST(ContextSwitch, FreshContextsStartWithDefaultRoundingAndKeepTheirOwn) {
   std::fesetround(FE_TONEAREST);
 }
 
+// Values live in callee-saved registers across each round's switch (`hop`,
+// given the round's index): the optimiser keeps these loop-carried values
+// in registers, so corruption shows up against the same rounds without a
+// switch (churn_reference).
+template <class Hop>
+__attribute__((noinline)) long churn(int rounds, Hop hop) {
+  long a = 1, b = 2, c = 3, d = 5, e = 7, f = 11;
+  double x = 1.5, y = 2.5, z = 3.5;
+  for (int i = 0; i < rounds; ++i) {
+    hop(i);
+    a += b; b ^= c; c += d; d ^= e; e += f; f ^= a;
+    x = x * 1.0000001 + y; y = y * 0.9999999 + z; z = z + x * 1e-9;
+  }
+  return a + b + c + d + e + f + static_cast<long>(x + y + z);
+}
+
+long churn_reference(int rounds) {
+  return churn(rounds, [](int) {});
+}
+
 // A context that dies leaves through capstan_switch_dead, which saves
 // nothing of it: the target must still get all of its own state back -
 // callee-saved registers, the rounding mode of both units - and the
@@ -109,31 +129,6 @@ void dying_entry(void* arg) {
   capstan_switch_dead(d->main_sp, reinterpret_cast<void*>(static_cast<std::uintptr_t>(d->round)));
 }
 
-__attribute__((noinline)) long churn_dying(Dying& d, std::vector<char>& stack, int rounds) {
-  long a = 1, b = 2, c = 3, e = 7, f = 11, h = 13;
-  double x = 1.5, y = 2.5;
-  for (int i = 0; i < rounds; ++i) {
-    d.round = i;
-    d.co_sp = capstan_make_context(stack.data(), stack.size(), &dying_entry);
-    void* r = capstan_switch(&d.main_sp, d.co_sp, &d);
-    if (reinterpret_cast<std::uintptr_t>(r) != static_cast<std::uintptr_t>(i)) std::abort();
-    if (std::fegetround() != FE_DOWNWARD || sse_rounding() != kSseDown) std::abort();
-    a += b; b ^= c; c += e; e ^= f; f += h; h ^= a;
-    x = x * 1.0000001 + y; y = y * 0.9999999 + 1e-9 * x;
-  }
-  return a + b + c + e + f + h + static_cast<long>(x + y);
-}
-
-long churn_dying_reference(int rounds) {
-  long a = 1, b = 2, c = 3, e = 7, f = 11, h = 13;
-  double x = 1.5, y = 2.5;
-  for (int i = 0; i < rounds; ++i) {
-    a += b; b ^= c; c += e; e ^= f; f += h; h ^= a;
-    x = x * 1.0000001 + y; y = y * 0.9999999 + 1e-9 * x;
-  }
-  return a + b + c + e + f + h + static_cast<long>(x + y);
-}
-
 TEST(ContextSwitch, ADeadContextSavesNothingAndItsTargetGetsAllItsStateBack) {
   Dying d;
   std::vector<char> stack(64 * 1024);
@@ -141,31 +136,15 @@ TEST(ContextSwitch, ADeadContextSavesNothingAndItsTargetGetsAllItsStateBack) {
   // Each round a fresh context on the same stack sets its own rounding and
   // dies into main, which checks the argument and its own rounding, with
   // loop-carried values in callee-saved registers across every switch.
-  EXPECT_EQ(churn_dying(d, stack, 1000), churn_dying_reference(1000));
+  long got = churn(1000, [&](int i) {
+    d.round = i;
+    d.co_sp = capstan_make_context(stack.data(), stack.size(), &dying_entry);
+    void* r = capstan_switch(&d.main_sp, d.co_sp, &d);
+    if (reinterpret_cast<std::uintptr_t>(r) != static_cast<std::uintptr_t>(i)) std::abort();
+    if (std::fegetround() != FE_DOWNWARD || sse_rounding() != kSseDown) std::abort();
+  });
+  EXPECT_EQ(got, churn_reference(1000));
   std::fesetround(FE_TONEAREST);
-}
-
-// Values live in callee-saved registers across the switch: the optimiser
-// keeps these loop-carried values in registers, so corruption shows up.
-__attribute__((noinline)) long churn(Pair& p, int rounds) {
-  long a = 1, b = 2, c = 3, d = 5, e = 7, f = 11;
-  double x = 1.5, y = 2.5, z = 3.5;
-  for (int i = 0; i < rounds; ++i) {
-    capstan_switch(&p.main_sp, p.co_sp, nullptr);
-    a += b; b ^= c; c += d; d ^= e; e += f; f ^= a;
-    x = x * 1.0000001 + y; y = y * 0.9999999 + z; z = z + x * 1e-9;
-  }
-  return a + b + c + d + e + f + static_cast<long>(x + y + z);
-}
-
-long churn_reference(int rounds) {
-  long a = 1, b = 2, c = 3, d = 5, e = 7, f = 11;
-  double x = 1.5, y = 2.5, z = 3.5;
-  for (int i = 0; i < rounds; ++i) {
-    a += b; b ^= c; c += d; d ^= e; e += f; f ^= a;
-    x = x * 1.0000001 + y; y = y * 0.9999999 + z; z = z + x * 1e-9;
-  }
-  return a + b + c + d + e + f + static_cast<long>(x + y + z);
 }
 
 TEST(ContextSwitch, PreservesCalleeSavedState) {
@@ -173,7 +152,8 @@ TEST(ContextSwitch, PreservesCalleeSavedState) {
   g = &p;
   std::vector<char> stack(64 * 1024);
   p.co_sp = capstan_make_context(stack.data(), stack.size(), &entry);
-  EXPECT_EQ(churn(p, 10000), churn_reference(10000));
+  EXPECT_EQ(churn(10000, [&](int) { capstan_switch(&p.main_sp, p.co_sp, nullptr); }),
+            churn_reference(10000));
   std::fesetround(FE_TONEAREST);
 }
 

@@ -105,6 +105,8 @@ TEST_P(Threads, RoundingModeIsPerThreadAcrossSwitchesAndMigration) {
 }
 
 #if defined(__x86_64__)
+constexpr unsigned kControl = 0xFFC0;  // MXCSR's control bits (the status flags are 0-5)
+
 // The whole floating-point control state is each thread's, not only the
 // rounding mode: MXCSR's flush-to-zero and denormals-are-zero bits, and the
 // x87 control word's precision field, which fesetround does not touch.  The
@@ -112,7 +114,6 @@ TEST_P(Threads, RoundingModeIsPerThreadAcrossSwitchesAndMigration) {
 // (rts/asm/switch_x86_64_sysv.S): a slot or offset wrong there would load
 // another thread's state, or none.
 TEST_P(Threads, FloatingPointControlStateIsPerThreadAcrossSwitchesAndMigration) {
-  constexpr unsigned kControl = 0xFFC0;  // MXCSR's control bits (the status flags are 0-5)
   constexpr unsigned kRounding[] = {_MM_ROUND_NEAREST, _MM_ROUND_DOWN, _MM_ROUND_UP,
                                     _MM_ROUND_TOWARD_ZERO};
   constexpr fpu_control_t kPrecision[] = {_FPU_SINGLE, _FPU_DOUBLE, _FPU_EXTENDED};
@@ -154,7 +155,6 @@ TEST_P(Threads, FloatingPointControlStateIsPerThreadAcrossSwitchesAndMigration) 
 // (capstan_switch_dead in rts/asm): the thread that runs next must still
 // get its own control state, not the finished one's.
 TEST_P(Threads, AFinishedThreadsControlStateDoesNotFollowIt) {
-  constexpr unsigned kControl = 0xFFC0;
   run([&] {
     const unsigned main_csr = _mm_getcsr() & kControl;
     fpu_control_t main_cw;
