@@ -69,7 +69,12 @@ class RunQueue {
   }
   // pop_front, also telling how many threads are left (one hand-shake
   // where pop_front, empty and size would be three: pick's hot path).
-  Thread* pop_front(std::size_t* left) {
+  Thread* pop_front(std::size_t* left) { return pop_front(left, nullptr); }
+  // pop_front(left, behind): the same, and if it found a thread, `behind`
+  // (when not null) joins the back in the same hand-shake: a yield's
+  // rotation (Note [A yield rotates in one hand-shake] in
+  // schedule/yield.cpp).  *left does not count `behind`.
+  Thread* pop_front(std::size_t* left, Thread* behind) {
     Owned g(*this);
     Thread* t = head_;
     std::size_t n = size_.load(std::memory_order_relaxed);
@@ -81,7 +86,8 @@ class RunQueue {
     if (!head_) tail_ = nullptr;
     else prefetch_next(head_);  // See Note [Prefetching the next thread]
     t->link = nullptr;
-    size_.store(n - 1, std::memory_order_relaxed);
+    if (behind) link_back(behind);
+    size_.store(behind ? n : n - 1, std::memory_order_relaxed);
     *left = n - 1;
     return t;
   }

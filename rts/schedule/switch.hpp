@@ -83,10 +83,15 @@ static inline void after_switch(PostSwitch* p) {
 // landing side releases `leaving` (after_switch's unlock).  A caller that
 // then does not switch (pick gave `cur` back) calls stay_running.  Note
 // [Requeued while still running] in schedule/steal.cpp.
-static inline void requeue_running(Task* task, Capability* cap, Thread* cur, bool front) {
+// mark_leaving is its first half, for a caller that queues `cur` itself
+// (pick_behind).
+static inline void mark_leaving(Task* task, Thread* cur) {
   cur->state = ThreadState::runnable;
   cur->leaving.store(true, std::memory_order_relaxed);
   task->post.unlock = &cur->leaving;
+}
+static inline void requeue_running(Task* task, Capability* cap, Thread* cur, bool front) {
+  mark_leaving(task, cur);
   if (front) cap->run_queue.push_front(cur); else cap->run_queue.push_back(cur);
 }
 static inline void stay_running(Task* task, Thread* cur) {

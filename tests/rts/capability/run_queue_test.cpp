@@ -39,6 +39,38 @@ TEST(RunQueue, PushBackPopsInOrderPushFrontJumpsTheQueue) {
   EXPECT_TRUE(q.empty());
 }
 
+// A yield's rotation (Note [A yield rotates in one hand-shake]): the front
+// comes out and the yielder joins the back, in one operation; from an
+// empty queue nothing comes out and the yielder is not queued.
+TEST(RunQueue, ARotationTakesTheFrontAndQueuesTheYielderAtTheBack) {
+  std::vector<Thread> t(4);
+  RunQueue q;
+  std::size_t left = 99;
+  EXPECT_EQ(q.pop_front(&left, &t[0]), nullptr);
+  EXPECT_EQ(left, 0u);
+  EXPECT_TRUE(q.empty()) << "a rotation that found nothing must not queue the yielder";
+  q.push_back(&t[1]);
+  EXPECT_EQ(q.pop_front(&left, &t[0]), &t[1]);
+  EXPECT_EQ(left, 0u);  // the yielder is not counted
+  EXPECT_EQ(q.size(), 1u);
+  q.push_back(&t[2]);
+  q.push_back(&t[3]);
+  EXPECT_EQ(q.pop_front(&left, &t[1]), &t[0]);
+  EXPECT_EQ(left, 2u);
+  EXPECT_EQ(q.size(), 3u);
+  EXPECT_EQ(q.pop_front(), &t[2]);
+  EXPECT_EQ(q.pop_front(), &t[3]);
+  EXPECT_EQ(q.pop_front(), &t[1]);
+  EXPECT_EQ(q.pop_front(), nullptr);
+  // The tail is right after a rotation of a one-thread queue.
+  q.push_back(&t[0]);
+  EXPECT_EQ(q.pop_front(&left, &t[1]), &t[0]);
+  q.push_back(&t[2]);
+  EXPECT_EQ(q.pop_front(), &t[1]);
+  EXPECT_EQ(q.pop_front(), &t[2]);
+  EXPECT_TRUE(q.empty());
+}
+
 TEST(RunQueue, MatchesAReferenceDequeUnderRandomOperations) {
   std::vector<Thread> t(1000);
   RunQueue q;
@@ -46,13 +78,25 @@ TEST(RunQueue, MatchesAReferenceDequeUnderRandomOperations) {
   std::mt19937 rng(42);
   std::size_t next = 0;
   for (int i = 0; i < 100000; ++i) {
-    int op = static_cast<int>(rng() % 3);
+    int op = static_cast<int>(rng() % 4);
     if (op == 0 && next < t.size()) {
       q.push_back(&t[next]);
       ref.push_back(&t[next++]);
     } else if (op == 1 && next < t.size()) {
       q.push_front(&t[next]);
       ref.push_front(&t[next++]);
+    } else if (op == 2 && next < t.size()) {  // a yield's rotation
+      std::size_t left = 0;
+      Thread* got = q.pop_front(&left, &t[next]);
+      Thread* want = ref.empty() ? nullptr : ref.front();
+      ASSERT_EQ(got, want);
+      if (!ref.empty()) {
+        ref.pop_front();
+        ASSERT_EQ(left, ref.size());
+        ref.push_back(&t[next++]);
+      } else {
+        ASSERT_EQ(left, 0u);
+      }
     } else {
       Thread* got = q.pop_front();
       Thread* want = ref.empty() ? nullptr : ref.front();
@@ -190,6 +234,18 @@ TEST(RunQueueConcurrency, StealsNeverOverlapTheOwner) {
       held.pop_back();
       if (where[index(x)].exchange(queued) != owner) bad.fetch_add(1);
       if (r == 0) q.push_front(x); else q.push_back(x);
+    } else if (r == 5 && !held.empty()) {  // a yield's rotation
+      Thread* x = held.back();
+      // Queued before the call: once linked, the thief may take it at once.
+      if (where[index(x)].exchange(queued) != owner) bad.fetch_add(1);
+      std::size_t left = 0;
+      if (Thread* y = q.pop_front(&left, x)) {
+        held.pop_back();
+        if (where[index(y)].exchange(owner) != queued) bad.fetch_add(1);
+        held.push_back(y);
+      } else if (where[index(x)].exchange(owner) != queued) {  // x was not queued
+        bad.fetch_add(1);
+      }
     } else if (r < 6) {
       if (Thread* x = q.pop_front()) {
         if (where[index(x)].exchange(owner) != queued) bad.fetch_add(1);

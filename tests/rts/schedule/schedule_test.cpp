@@ -48,6 +48,33 @@ TEST_F(Requeue, NewThreadsAndYieldGoToTheBack) {
   EXPECT_EQ(log.v, (Order{"A1", "B1", "C1", "A2", "B2", "C2"}));
 }
 
+// A yield with nothing else to run leaves the thread running where it was
+// (Note [A yield rotates in one hand-shake]: it was never queued, and its
+// marks are taken back); the next yield, with a thread waiting, rotates.
+TEST_F(Requeue, AYieldWithNothingElseToRunKeepsTheThreadRunning) {
+  Log log;
+  run(capstan_test::opts(1, kNoTimeslice), [&] {
+    for (int i = 0; i < 1000; ++i) capstan::yield();
+    EXPECT_EQ(capstan::state_of(capstan::self()), capstan::thread_state::running);
+    capstan::mvar<int> done;
+    capstan::fork_io([&] {
+      log.add("B1");
+      capstan::yield();  // main is queued behind: it runs next
+      log.add("B2");
+      done.put(1);
+    });
+    log.add("A1");
+    capstan::yield();  // B runs
+    log.add("A2");
+    capstan::yield();  // B again
+    log.add("A3");
+    done.take();
+    for (int i = 0; i < 1000; ++i) capstan::yield();
+    EXPECT_EQ(capstan::state_of(capstan::self()), capstan::thread_state::running);
+  });
+  EXPECT_EQ(log.v, (Order{"A1", "B1", "A2", "B2", "A3"}));
+}
+
 TEST_F(Requeue, AWokenThreadGoesToTheBack) {
   Log log;
   run(capstan_test::opts(1, kNoTimeslice), [&] {
