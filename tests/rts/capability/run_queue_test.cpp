@@ -39,6 +39,13 @@ TEST(RunQueue, PushBackPopsInOrderPushFrontJumpsTheQueue) {
   EXPECT_TRUE(q.empty());
 }
 
+// drain pops every thread left, in order.
+std::vector<Thread*> drain(RunQueue& q) {
+  std::vector<Thread*> v;
+  while (Thread* x = q.pop_front()) v.push_back(x);
+  return v;
+}
+
 // A yield's rotation (Note [A yield rotates in one hand-shake]): the front
 // comes out and the yielder joins the back, in one operation; from an
 // empty queue nothing comes out and the yielder is not queued.
@@ -58,16 +65,12 @@ TEST(RunQueue, ARotationTakesTheFrontAndQueuesTheYielderAtTheBack) {
   EXPECT_EQ(q.pop_front(&left, &t[1]), &t[0]);
   EXPECT_EQ(left, 2u);
   EXPECT_EQ(q.size(), 3u);
-  EXPECT_EQ(q.pop_front(), &t[2]);
-  EXPECT_EQ(q.pop_front(), &t[3]);
-  EXPECT_EQ(q.pop_front(), &t[1]);
-  EXPECT_EQ(q.pop_front(), nullptr);
+  EXPECT_EQ(drain(q), (std::vector<Thread*>{&t[2], &t[3], &t[1]}));
   // The tail is right after a rotation of a one-thread queue.
   q.push_back(&t[0]);
   EXPECT_EQ(q.pop_front(&left, &t[1]), &t[0]);
   q.push_back(&t[2]);
-  EXPECT_EQ(q.pop_front(), &t[1]);
-  EXPECT_EQ(q.pop_front(), &t[2]);
+  EXPECT_EQ(drain(q), (std::vector<Thread*>{&t[1], &t[2]}));
   EXPECT_TRUE(q.empty());
 }
 
@@ -144,10 +147,7 @@ TEST(RunQueue, StealTakesTheFrontHalfAndLeavesLockedThreads) {
   ASSERT_EQ(n, 4u);  // (7 + 1) / 2
   EXPECT_EQ(stolen, (std::vector<Thread*>{&t[0], &t[2], &t[3], &t[5]}));
   EXPECT_EQ(q.size(), 3u);
-  EXPECT_EQ(q.pop_front(), &t[1]);
-  EXPECT_EQ(q.pop_front(), &t[4]);
-  EXPECT_EQ(q.pop_front(), &t[6]);
-  EXPECT_EQ(q.pop_front(), nullptr);
+  EXPECT_EQ(drain(q), (std::vector<Thread*>{&t[1], &t[4], &t[6]}));
   // Only locked threads: nothing moves.
   q.push_back(&t[1]);
   EXPECT_EQ(q.steal_front([] {}, &n), nullptr);
