@@ -27,11 +27,12 @@ void push_work(Capability* cap);
 // pick_behind returns the next thread to run on cap, or null; when the
 // run queue gave it a thread (returned, or another Task's bound thread
 // left in bound_next), `behind` (if not null) has joined the back of the
-// queue in the same hand-shake and *queued is set.  `behind` must already
-// be marked as leaving (requeue_running's first half, mark_leaving).
-[[gnu::always_inline]] static inline Thread* pick_behind(Capability* cap, Thread* behind,
-                                                         bool* queued) {
-  if (cap->bound_next) [[unlikely]] return nullptr;  // the scheduler context gives it away first
+// queue in the same hand-shake.  `behind` must already be marked as
+// leaving (requeue_running's first half, mark_leaving).  The caller has
+// checked that bound_next is clear (pick does; a yield does before it
+// marks itself, and the marks' stores would make the compiler load it
+// again here).
+[[gnu::always_inline]] static inline Thread* pick_behind(Capability* cap, Thread* behind) {
   // A scheduling decision: the epoch tells the hog warner and the stall
   // watchers that this capability made progress (Note [Warning about a
   // hog], Note [Stealing from a stalled capability]); release, for the
@@ -43,7 +44,6 @@ void push_work(Capability* cap);
   poll_spark_requests(cap);
   std::size_t left;
   Thread* t = cap->run_queue.pop_front(&left, behind);
-  if (behind) *queued = t != nullptr;
   if (left == 0) {
     cap->long_queue_since_ns = 0;
   } else if (left >= kPushThreshold &&
@@ -62,7 +62,8 @@ void push_work(Capability* cap);
 
 // pick returns the next thread to run on cap, or null.
 [[gnu::always_inline]] static inline Thread* pick(Capability* cap) {
-  return pick_behind(cap, nullptr, nullptr);
+  if (cap->bound_next) [[unlikely]] return nullptr;  // the scheduler context gives it away first
+  return pick_behind(cap, nullptr);
 }
 
 }  // namespace capstan::rts

@@ -109,13 +109,15 @@ void check_killed(Thread* t) {
 // the back inside one hand-shake.  The order of events a thief or
 // push_work can see is the old one: the yielder is in the queue only
 // with `leaving` set, which both skip until the landing side clears it.
-// If the queue gave nothing (the pop found it empty, or stop was set),
-// the yielder was not queued and stay_running takes the marks back; if
-// it gave another Task's bound thread (pick leaves it in bound_next and
-// returns null), the yielder was queued and switches to the scheduler
-// context, as before.  With bound_next already set on entry, pick would
-// not pop, so the yield queues itself the old way.  callgrind, `switch
-// 1000000 +RTS -N1`: 203 -> 194 instructions a yield; interleaved
+// If the queue gave nothing (the pop found it empty, or stop was set:
+// no thread returned and bound_next still clear), the yielder was not
+// queued and stay_running takes the marks back; if it gave another
+// Task's bound thread (pick leaves it in bound_next and returns null),
+// the yielder was queued and switches to the scheduler context, as
+// before.  pick_behind expects bound_next clear, so the yield tests it
+// first; with it set on entry (pick would not pop) the yield queues
+// itself the old way.  callgrind, `switch
+// 1000000 +RTS -N1`: 203 -> 192 instructions a yield; interleaved
 // against the commit before, medians of 15, `switch 10000000 +RTS -N1`
 // 12.27 -> 11.71 ns (docs/benchmarks.md, "A yield rotates in one
 // hand-shake").  RunQueue::pop_front must stay a plain inline function:
@@ -146,9 +148,8 @@ void yield_current_because(SwitchWhy why) {
   Thread* next;  // See Note [A yield rotates in one hand-shake]
   if (!cap->bound_next) [[likely]] {
     mark_leaving(task, cur);
-    bool queued = false;
-    next = pick_behind(cap, cur, &queued);
-    if (!queued) {  // nothing else to run: keep going
+    next = pick_behind(cap, cur);
+    if (!next && !cap->bound_next) {  // the queue gave nothing: keep going
       stay_running(task, cur);
       return;
     }
