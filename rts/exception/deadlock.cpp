@@ -196,11 +196,15 @@ bool sanitizer_thread(long tid) {
 // (its Tasks, the ticker, the IO thread), so its OS threads hold the
 // lowest ids, and an outside one - the program's std::thread, a library's
 // - is usually newer.  A name is read with open and read into a buffer on
-// the stack, not stdio (no allocation per thread).  Measured on `idle 1`
-// (the runtime idle for a second while the program's alarm thread
-// sleeps), three runs each: -N2 0.099-0.114 % of a CPU, -N8 0.119-0.170 %
-// before, and with the check off (`--deadlock-detection=off`) 0.030-0.041
-// and 0.037-0.080 % - see docs/benchmarks.md for after.
+// the stack, not stdio (no allocation per thread).  On `idle 1` (the
+// runtime idle for a second while the program's alarm thread sleeps) a
+// check read every thread's name, 2 at -N2 and 5 at -N8, and now reads
+// one (strace); interleaved against the commit before, medians of 5:
+// -N2 0.108 -> 0.088 % of a CPU, -N8 0.159 -> 0.139 % (with the check off,
+// `--deadlock-detection=off`, 0.030-0.041 and 0.037-0.080 %: the rest is
+// the ticker's wake-ups and the directory listing).  An outside thread
+// older than the runtime's is still found, after the runtime's own names
+// are read (Deadlock.StandsDownForAnOutsideThreadOlderThanTheRuntimes).
 
 // is_runtime_thread: is the OS thread `tid` one the runtime made (named
 // capstan-*)?  A thread that has just exited is not counted as outside.
