@@ -16,6 +16,7 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
+#include "exception/raise_killed.hpp"
 #include "io/io_manager.hpp"
 #include "io/timeouts.hpp"
 #include "primitives/runtime_work.hpp"
@@ -236,15 +237,17 @@ namespace {
 //
 // Note [A kill's frames have no cleanups]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Every kill of a blocked thread throws from here, and the unwinder walks
-// this frame twice (the search phase, then the cleanup phase).  A frame
-// with landing pads has an LSDA, and the unwinder then calls the
-// personality routine for it in both phases, which parses its call-site
-// table; a frame without one costs only the FDE lookup and its CFI.  The
-// exceptions thrown here directly (thread_killed: empty, nothrow to make)
-// need no cleanup, so every case whose exception is built from something
-// that may throw (blocked_indefinitely's message) throws from a function
-// of its own, and raise_outcome has no LSDA.  The IO manager's blocking
+// Every kill of a blocked thread throws from here (raise_killed walks the
+// stack once: Note [Raising thread_killed in one walk] in
+// exception/raise_killed.cpp; the other exceptions walk it twice, the
+// search phase, then the cleanup phase).  A frame with landing pads has an
+// LSDA, and the unwinder then calls the personality routine for it in
+// each walk, which parses its call-site table; a frame without one costs
+// only the FDE lookup and its CFI.  The exceptions raised here directly
+// (thread_killed: empty, nothrow to make) need no cleanup, so every case
+// whose exception is built from something that may throw
+// (blocked_indefinitely's message) throws from a function of its own, and
+// raise_outcome has no LSDA.  The IO manager's blocking
 // calls (io_sleep, io_wait_fd), next on a killed sleeper's or fd waiter's
 // stack, have none either: their failures throw from functions of their
 // own, the guard that cancels an early exception lives in a frame that has
@@ -260,12 +263,12 @@ void mvar_core::raise_outcome(const waiter& w) {
   switch (w.outcome) {
     case waiter::served:
     case waiter::timed_out: return;
-    case waiter::killed: throw thread_killed{};  // by shutdown
+    case waiter::killed: rts::raise_killed();  // by shutdown
     case waiter::orphaned: throw_orphaned(w);
     case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
     case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();
-      throw thread_killed{};
+      rts::raise_killed();
   }
 }
 

@@ -29,6 +29,7 @@ void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_
                                      std::size_t* size_old) __attribute__((weak));
 void __asan_unpoison_memory_region(void const volatile* addr, std::size_t size)
     __attribute__((weak));
+void __asan_handle_no_return() __attribute__((weak));
 void* __tsan_get_current_fiber() __attribute__((weak));
 void* __tsan_create_fiber(unsigned flags) __attribute__((weak));
 void __tsan_destroy_fiber(void* fiber) __attribute__((weak));

@@ -62,6 +62,7 @@
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/thread.hpp"
 #include "capstan/errors.hpp"
+#include "exception/raise_killed.hpp"
 #include "primitives/clock.hpp"
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
@@ -216,7 +217,7 @@ void raise_msg(ThrowMsg* m) {
   m->outcome = ThrowMsg::raised;
   if (m->on_done) m->on_done(m);
   count_raised();
-  if (ex == detail::thread_killed_ptr()) throw thread_killed{};  // as kill_raised does
+  if (ex == detail::thread_killed_ptr()) raise_killed();  // as kill_raised does
   std::rethrow_exception(std::move(ex));
 }
 

@@ -5,6 +5,7 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
+#include "exception/raise_killed.hpp"
 #include "schedule/pick.hpp"
 #include "schedule/raise.hpp"
 #include "schedule/schedule.hpp"
@@ -93,7 +94,7 @@ void check_killed(Thread* t) {
     switch_to(task, cap, t, next, false, SwitchWhy::yield);
   }
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
-  throw thread_killed{};
+  raise_killed();
 }
 
 // Note [A yield rotates in one hand-shake]
