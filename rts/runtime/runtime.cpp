@@ -62,6 +62,7 @@
 #include "shutdown/shutdown.hpp"
 #include "sparks/pool.hpp"
 #include "stats/stats.hpp"
+#include "storage/unmapper.hpp"
 #include "task/overflow_handler.hpp"
 #include "trace/writer.hpp"
 
@@ -228,6 +229,7 @@ void run_main(const void* opts_ptr, void (*fn)(void*), void* ctx) {
       process.running.store(false, std::memory_order_release);
     }
   } end_of_run;
+  unmapper::wait();  // the last run's stacks are back first: Note [Unmapping after the run]
   std::construct_at(&runtime_slot.rt, o);
   end_of_run.constructed = true;
   rt.main_tid = static_cast<long>(::syscall(SYS_gettid));

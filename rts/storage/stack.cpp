@@ -19,6 +19,7 @@
 #include "primitives/clock.hpp"
 #include "primitives/fault_injection.hpp"
 #include "primitives/say.hpp"
+#include "storage/unmapper.hpp"
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
@@ -402,7 +403,7 @@ void StackArena::release_all() {
 
 void StackArena::release_all_locked() {
   keep_memory_ = false;
-  for (auto& [p, n] : slabs_) munmap(p, n);
+  unmapper::unmap(std::move(slabs_));  // Note [Unmapping after the run] in storage/unmapper.cpp
   slabs_.clear();
   cold_.clear();
   warm_.clear();
