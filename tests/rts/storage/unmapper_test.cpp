@@ -120,8 +120,10 @@ int threads_named(const std::string& name) {
 // touched pages, some tens of milliseconds of work) is complete when its
 // main begins, and no capstan-unmap thread is left.
 TEST(Unmapper, TheNextRunStartsAfterTheLastRunsStacksAreBack) {
+  // Enough stacks for the unmapping thread (kBackgroundSlabs slabs), and
+  // under ThreadSanitizer's limit of 8,128 threads and fibers.
   constexpr int kThreads =
-      static_cast<int>(capstan::rts::StackArena::kSlabStacks * unmapper::kBackgroundSlabs * 2);
+      static_cast<int>(capstan::rts::StackArena::kSlabStacks * unmapper::kBackgroundSlabs) + 256;
   capstan::run(capstan_test::opts(1), [] {
     auto never = std::make_shared<capstan::mvar<int>>();
     for (int i = 0; i < kThreads; ++i) capstan::fork_io([never] { never->take(); });
