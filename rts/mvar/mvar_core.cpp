@@ -16,7 +16,6 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/mvar.hpp"
-#include "exception/raise_killed.hpp"
 #include "io/io_manager.hpp"
 #include "io/timeouts.hpp"
 #include "primitives/runtime_work.hpp"
@@ -24,6 +23,7 @@
 #include "runtime/runtime.hpp"
 #include "schedule/park.hpp"
 #include "schedule/raise.hpp"
+#include "schedule/raise_killed.hpp"
 #include "schedule/schedule.hpp"
 #include "task/green_thread.hpp"
 #include "thread/dump.hpp"
@@ -239,7 +239,7 @@ namespace {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Every kill of a blocked thread throws from here (raise_killed walks the
 // stack once: Note [Raising thread_killed in one walk] in
-// exception/raise_killed.cpp; the other exceptions walk it twice, the
+// schedule/raise_killed.cpp; the other exceptions walk it twice, the
 // search phase, then the cleanup phase).  A frame with landing pads has an
 // LSDA, and the unwinder then calls the personality routine for it in
 // each walk, which parses its call-site table; a frame without one costs

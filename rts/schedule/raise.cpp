@@ -62,10 +62,10 @@
 #include "capstan/detail/mvar_core.hpp"
 #include "capstan/thread.hpp"
 #include "capstan/errors.hpp"
-#include "exception/raise_killed.hpp"
 #include "primitives/clock.hpp"
 #include "primitives/spin.hpp"
 #include "runtime/runtime.hpp"
+#include "schedule/raise_killed.hpp"
 #include "schedule/schedule.hpp"
 
 namespace capstan::rts {

@@ -5,9 +5,9 @@
 
 #include "capstan/errors.hpp"
 #include "capstan/thread.hpp"
-#include "exception/raise_killed.hpp"
 #include "schedule/pick.hpp"
 #include "schedule/raise.hpp"
+#include "schedule/raise_killed.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/switch.hpp"
 #include "sparks/pool.hpp"

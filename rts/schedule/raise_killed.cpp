@@ -18,7 +18,7 @@
 // user's code would be passed by, and catching a kill and carrying on is
 // legal); a cache of frames keyed by return address with our own walk
 // (an unwinder of our own, for every CFI a compiler emits).
-#include "exception/raise_killed.hpp"
+#include "schedule/raise_killed.hpp"
 
 #include <cxxabi.h>
 #include <ext/atomicity.h>
@@ -82,7 +82,7 @@ namespace capstan::rts {
 // 100000 5` 5.38 -> 3.96 us per thread (1.48 -> 1.15x).  A stand-alone
 // throw through one frame with a destructor: 1,214-1,312 ns as a throw,
 // 862-895 ns raised this way (0.68-0.71); through five frames 0.74-0.75.
-// Tested by tests/rts/exception/raise_killed_test.cpp.
+// Tested by tests/rts/schedule/raise_killed_test.cpp.
 
 namespace {
 

@@ -1,5 +1,5 @@
 // raise_killed_test.cpp - a kill raised with one walk of the stack (Note
-// [Raising thread_killed in one walk] in rts/exception/raise_killed.cpp)
+// [Raising thread_killed in one walk] in rts/schedule/raise_killed.cpp)
 // behaves as a C++ throw of thread_killed would: every destructor runs,
 // innermost first; the first matching handler takes it, a typed one or
 // catch (...), and rethrowing from it works; std::exception handlers are
@@ -17,7 +17,7 @@
 
 #include "capstan/capstan.hpp"
 #include "capstan_test.hpp"
-#include "exception/raise_killed.hpp"
+#include "schedule/raise_killed.hpp"
 
 using namespace capstan;
 using capstan_test::WithCaps;

@@ -5,7 +5,7 @@ namespace capstan::rts {
 
 // raise_killed throws thread_killed; in a green thread it skips the
 // search phase of the throw (Note [Raising thread_killed in one walk] in
-// exception/raise_killed.cpp), elsewhere it is `throw thread_killed{}`.
+// schedule/raise_killed.cpp), elsewhere it is `throw thread_killed{}`.
 [[noreturn, gnu::cold]] void raise_killed();
 
 }  // namespace capstan::rts
