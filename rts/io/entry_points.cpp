@@ -19,6 +19,8 @@
 #include "io/closer.hpp"
 #include "io/io_thread.hpp"
 #include "io/owned_fds.hpp"
+#include "schedule/raise.hpp"
+#include "schedule/raise_killed.hpp"
 #include "schedule/schedule.hpp"
 
 // The IO manager's view into mvar<int> (its friend): the box's wait without
@@ -54,28 +56,43 @@ void send_cancel(Request* r) noexcept {
 }
 
 
-// await parks on r's mvar and returns the outcome.  The caller keeps its
-// reference (and drops it after reading r->err); when an exception ends
-// the wait (thread_killed at shutdown, mostly) the reference goes to the
-// IO thread with the cancel message instead.
+// await parks on r's mvar: true with the outcome in r->taken, false if an
+// exception ended the wait - the caller then returns raise_cancelled(r),
+// which hands its reference to the IO thread with the cancel and raises
+// the exception.
 //
-// Most threads that unwind through await are being killed at shutdown,
+// Most threads that unwind through here are being killed at shutdown,
 // and what a kill costs is the unwinder's work per frame: about 550 ns
 // for a frame it must stop in (a landing pad, then _Unwind_Resume), less
 // for one it passes, and less again for a frame with no cleanups at all
 // (Note [A kill's frames have no cleanups] in mvar/mvar_core.cpp).  So the
-// cancel is sent before the throw, and the throw (raise_outcome) comes
-// from the blocking call's own frame - await is inlined into it for the
-// same reason - once the wait has returned: the guard that cancels when an
-// exception is due before the thread blocks (thrown from inside the wait)
-// lives in wait_box's frame, which is gone by then, so the blocking call's
-// frame has no landing pad and no LSDA.  It was a catch-and-rethrow first
-// (the rethrow searched the stack a second time), then a destructor (a
-// landing pad and a resume per kill): callgrind, `shutdown` -N1, per kill:
-// 33,450 instructions with the destructor; then the guard in the blocking
-// call's frame (an LSDA the personality routine parsed in both phases).
-[[gnu::noinline]] bool wait_box(Request* r, Thread* me, std::optional<int>& dest,
-                                detail::waiter& w) {
+// cancel is sent before the raise, from a frame with no cleanups: the
+// guard that cancels when an exception is due before the thread blocks
+// (thrown from inside the wait) lives in wait_box's frame, which is gone
+// by then.  It was a catch-and-rethrow first (the rethrow searched the
+// stack a second time), then a destructor (a landing pad and a resume per
+// kill): callgrind, `shutdown` -N1, per kill: 33,450 instructions with the
+// destructor; then the guard in the blocking call's frame (an LSDA the
+// personality routine parsed in both phases).
+//
+// Note [A killed IO wait leaves no frame]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A killed sleeper's or fd waiter's raise could start in the user's own
+// frame, as a killed mvar waiter's does (raise_outcome jumps to
+// raise_killed_tail: Note [Raising thread_killed in one walk] in
+// schedule/raise_killed.cpp), if io_sleep and io_wait_fd could jump too.
+// A C++ compiler makes a call in tail position a jump only if nothing in
+// the caller's frame may be reached through a pointer the callee might
+// hold - and the wait's waiter and the optional it fills had their
+// addresses published (the mvar's queue, Thread::waiter).  So they live
+// in the Request (Request::wait, Request::taken), the blocking calls keep
+// nothing in their frames, and each returns raise_cancelled(r), which
+// reads the outcome, sends the cancel and returns the kill's raise: two
+// jumps, and the walk goes from raise_killed_tail to the user's frame
+// (detail::sleep_ns and detail::wait_fd jump to io_sleep and io_wait_fd
+// already).  Callgrind, `shutdown` (per thread, 10000 less 5000, -N1):
+// 16,349 -> 14,488 instructions, FDE lookups per kill 6.67 -> 6.00.
+[[gnu::noinline]] bool wait_box(Request* r, Thread* me) {
   struct CancelOnThrow {
     Request* r;
     Thread* me;
@@ -86,22 +103,40 @@ void send_cancel(Request* r) noexcept {
     }
   };
   CancelOnThrow guard{r, me};
-  bool served = detail::mvar_access::take_wait(r->box, dest, w);
+  bool served = detail::mvar_access::take_wait(r->box, r->taken, r->wait);
   guard.returned = true;
   return served;
 }
 
-[[gnu::always_inline]] inline int await(Request* r, IoWait what, std::int64_t arg) {
+[[gnu::always_inline]] inline bool await(Request* r, IoWait what, std::int64_t arg) {
   Thread* me = green_task()->cap->current;  // callers checked: a green thread
   me->io_wait = what;
   me->io_arg = arg;
-  std::optional<int> dest;
+  return wait_box(r, me);
+}
+
+// raise_cancelled ends a wait that an exception ended: reads what ended it,
+// gives the IO thread our reference to r with its cancel, and raises.
+// Declared as returning bool (it never returns) so that the blocking calls,
+// void or bool, can jump to it: Note [A killed IO wait leaves no frame].
+[[noreturn, gnu::cold, gnu::noinline]] void raise_not_killed(detail::waiter::outcome_t o,
+                                                             Thread* t) {
   detail::waiter w;
-  if (!wait_box(r, me, dest, w)) [[unlikely]] {
-    send_cancel(r);
-    detail::mvar_core::raise_outcome(w);
-  }
-  return *dest;
+  w.outcome = o;
+  w.thread = t;
+  detail::mvar_core::raise_outcome(w);  // interrupted: the exception thrown to us
+  // served, timed_out: not how an untimed wait on a Request's box, which
+  // nobody destroys while it is waited on, ends without a value.
+  throw blocked_indefinitely{};
+}
+
+[[gnu::cold, gnu::noinline]] bool raise_cancelled(Request* r) {
+  const detail::waiter::outcome_t o = r->wait.outcome;  // r is the IO thread's once cancelled
+  Thread* t = r->wait.thread;
+  send_cancel(r);
+  if (o == detail::waiter::kill_raised) count_raised();  // as raise_outcome counts it
+  if (o == detail::waiter::killed || o == detail::waiter::kill_raised) return raise_killed_tail();
+  raise_not_killed(o, t);
 }
 
 Request* new_request(Op kind) {
@@ -152,7 +187,10 @@ void io_sleep(long long ns) {
   Request* r = new_request(Op::sleep);
   r->deadline = deadline_after(ns);
   io.push(&r->submit);
-  await(r, IoWait::sleep, r->deadline);
+  if (!await(r, IoWait::sleep, r->deadline)) [[unlikely]] {
+    raise_cancelled(r);  // a jump: Note [A killed IO wait leaves no frame]
+    return;
+  }
   r->release();
 }
 
@@ -199,7 +237,9 @@ bool io_wait_fd(int fd, bool writable, long long timeout_ns, const char* what, b
   r->sticky = sticky;
   r->deadline = timeout_ns < 0 ? -1 : deadline_after(timeout_ns);
   io.push(&r->submit);
-  int outcome = await(r, writable ? IoWait::fd_write : IoWait::fd_read, fd);
+  if (!await(r, writable ? IoWait::fd_write : IoWait::fd_read, fd)) [[unlikely]]
+    return raise_cancelled(r);  // a jump: Note [A killed IO wait leaves no frame]
+  int outcome = *r->taken;
   int err = r->err;
   r->release();
   if (outcome == iomgr::kReady) return true;
@@ -229,7 +269,10 @@ void io_close_fd(int fd) {
   }
   r->fd = fd;
   io.push(&r->submit);
-  await(r, IoWait::close_fd, fd);
+  if (!await(r, IoWait::close_fd, fd)) [[unlikely]] {
+    raise_cancelled(r);
+    return;
+  }
   int err = r->err;
   r->release();
   if (err != 0)

@@ -94,6 +94,13 @@ struct Request {
   int err = 0;
 
   mvar<int> box;  // the one-shot outcome
+  // The green thread's wait on box: its waiter and the value it took, kept
+  // here rather than in the blocking call's frame, which then holds nothing
+  // a call might reach, so that a killed waiter's raise can be a jump that
+  // leaves no frame of the call (Note [A killed IO wait leaves no frame] in
+  // io/entry_points.cpp).  The green thread's, while it holds its reference.
+  detail::waiter wait;
+  std::optional<int> taken;
   // Two owners: Note [Requests are shared] (plus one while a wake-up is
   // queued: Note [Wake last]).  acq_rel: the last owner must see every
   // write of the others before deleting.

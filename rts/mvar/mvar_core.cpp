@@ -265,12 +265,15 @@ void mvar_core::raise_outcome(const waiter& w) {
   switch (w.outcome) {
     case waiter::served:
     case waiter::timed_out: return;
-    case waiter::killed: return rts::raise_killed_tail();  // by shutdown: a jump, see below
+    case waiter::killed:  // by shutdown; a jump, see below
+      rts::raise_killed_tail();
+      return;
     case waiter::orphaned: throw_orphaned(w);
     case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
     case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
       rts::count_raised();
-      return rts::raise_killed_tail();
+      rts::raise_killed_tail();
+      return;
   }
 }
 

@@ -136,7 +136,7 @@ void raise_killed() {
   __builtin_unreachable();
 }
 
-void raise_killed_tail() {
+bool raise_killed_tail() {
 #ifdef CAPSTAN_RAISE_IN_ONE_WALK
   Task* task = my_task_before_switch();
   if (task && task->cap && task->cap->current) [[likely]] {  // a green thread: thread_entry's catch

@@ -5,6 +5,8 @@
 // catch (...), and rethrowing from it works; std::exception handlers are
 // passed by; uncaught_exceptions and current_exception say what a throw
 // would.
+#include <unistd.h>
+
 #include <atomic>
 #include <exception>
 #include <functional>
@@ -267,6 +269,51 @@ TEST_P(RaiseKilled, RandomDepthsAndHandlers) {
       return true;
     }));
     EXPECT_EQ(dtors.load(), expected_dtors.load());
+  });
+}
+
+// The IO manager's waits raise from the user's frame too (Note [A killed
+// IO wait leaves no frame] in rts/io/entry_points.cpp): killed sleepers and
+// fd waiters unwind, a thread thrown another exception in an fd wait
+// catches it, and each wait's cancel reaches the IO thread (a request that
+// leaked would be reported by the leak checker of the ASan suite).
+TEST_P(RaiseKilled, KilledOrThrownToInsideIoWaits) {
+  run([] {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    std::atomic<int> dtors{0}, caught{0};
+    struct Count {
+      std::atomic<int>* n;
+      ~Count() { ++*n; }
+    };
+    thread_id sleeper = fork_io([&] {
+      Count c{&dtors};
+      sleep_for(std::chrono::hours(1));
+    });
+    thread_id reader = fork_io([&] {
+      Count c{&dtors};
+      wait_readable(fds[0]);
+    });
+    thread_id thrown = fork_io([&] {
+      try {
+        Count c{&dtors};
+        wait_readable(fds[0]);
+      } catch (const std::runtime_error& e) {
+        if (std::string(e.what()) == "wake up") ++caught;
+      }
+    });
+    for (thread_id t : {sleeper, reader, thrown})
+      ASSERT_TRUE(green_wait_until([&] { return state_of(t) == thread_state::blocked; }));
+    kill_thread(sleeper);
+    kill_thread(reader);
+    throw_to(thrown, std::runtime_error("wake up"));
+    ASSERT_TRUE(green_wait_until([&] { return state_of(sleeper) == thread_state::died; }));
+    ASSERT_TRUE(green_wait_until([&] { return state_of(reader) == thread_state::died; }));
+    ASSERT_TRUE(green_wait_until([&] { return state_of(thrown) == thread_state::finished; }));
+    EXPECT_EQ(dtors.load(), 3);
+    EXPECT_EQ(caught.load(), 1);
+    close(fds[0]);
+    close(fds[1]);
   });
 }
 
