@@ -78,7 +78,9 @@ namespace capstan::rts {
 // wait ended without a value, jumps to raise_killed_tail rather than
 // calling raise_killed (GCC keeps the frame of any caller of a noreturn
 // function, for backtraces), so a killed mvar or chan waiter's walk begins
-// in raise_killed_tail's frame and goes straight to the user's.  Callgrind,
+// in raise_killed_tail's frame and goes straight to the user's; a killed
+// sleeper's or fd waiter's too (Note [A killed IO wait leaves no frame] in
+// io/entry_points.cpp).  Callgrind,
 // `shutdown` as below: 17,538 -> 16,349 instructions a thread, one FDE
 // lookup fewer a kill (7.67 -> 6.67); interleaved, -N1, medians of 7:
 // shutdown 1.61 -> 1.53x the floor, threads007 1.54 -> 1.46x, killblocked
