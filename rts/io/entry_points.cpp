@@ -115,10 +115,8 @@ void send_cancel(Request* r) noexcept {
   return wait_box(r, me);
 }
 
-// raise_cancelled ends a wait that an exception ended: reads what ended it,
-// gives the IO thread our reference to r with its cancel, and raises.
-// Declared as returning bool (it never returns) so that the blocking calls,
-// void or bool, can jump to it: Note [A killed IO wait leaves no frame].
+// raise_not_killed raises what ended a wait other than a kill (the
+// exception thrown to the thread), for raise_cancelled.
 [[noreturn, gnu::cold, gnu::noinline]] void raise_not_killed(detail::waiter::outcome_t o,
                                                              Thread* t) {
   detail::waiter w;
@@ -130,6 +128,10 @@ void send_cancel(Request* r) noexcept {
   throw blocked_indefinitely{};
 }
 
+// raise_cancelled ends a wait that an exception ended: reads what ended it,
+// gives the IO thread our reference to r with its cancel, and raises.
+// Declared as returning bool (it never returns) so that the blocking calls,
+// void or bool, can jump to it: Note [A killed IO wait leaves no frame].
 [[gnu::cold, gnu::noinline]] bool raise_cancelled(Request* r) {
   const detail::waiter::outcome_t o = r->wait.outcome;  // r is the IO thread's once cancelled
   Thread* t = r->wait.thread;
