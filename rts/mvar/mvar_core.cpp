@@ -253,8 +253,10 @@ namespace {
 // calls (io_sleep, io_wait_fd), next on a killed sleeper's or fd waiter's
 // stack, have none either: their failures throw from functions of their
 // own, the guard that cancels an early exception lives in a frame that has
-// returned by the throw (await, rts/io/entry_points.cpp), and the
-// uv_async_send they reach is called out of line (IoManager::send_wakeup).
+// returned by the throw (wait_box, rts/io/entry_points.cpp), and the
+// uv_async_send they reach is called out of line (IoManager::send_wakeup);
+// a kill does not walk them either (Note [A killed IO wait leaves no
+// frame] there).
 // Interleaved against the commit before, -N1, medians of 9: killblocked
 // 100000 5 6.34 -> 5.96 us per thread (ratio to its floor 1.66-1.75 ->
 // 1.51-1.60 in the first A/B, raise_outcome alone), shutdown 100000
@@ -265,7 +267,7 @@ void mvar_core::raise_outcome(const waiter& w) {
   switch (w.outcome) {
     case waiter::served:
     case waiter::timed_out: return;
-    case waiter::killed:  // by shutdown; a jump, see below
+    case waiter::killed:  // by shutdown; a jump, see above
       rts::raise_killed_tail();
       return;
     case waiter::orphaned: throw_orphaned(w);

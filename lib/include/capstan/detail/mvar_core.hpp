@@ -86,13 +86,16 @@ std::size_t memory_limit_bytes() noexcept;
 // afresh.  The IO manager's waits (sleeps, fd waits) therefore throw only
 // after their frame's objects are gone: they wait through mvar<int>'s
 // take_wait, which returns the outcome with the lock guard already
-// released, send their cancel, and then call raise_outcome (await in
+// released, and then send their cancel and raise (raise_cancelled in
 // rts/io/entry_points.cpp).  Per kill at shutdown (callgrind, `shutdown
 // 5000` against `shutdown 10000`, -N1, two thirds of the threads in IO
 // waits): 33,870 -> 30,790 instructions.  Cheaper still is a frame with
 // no LSDA at all, which the unwinder passes without calling the
 // personality routine: raise_outcome's and the IO waits' frames have none
-// (Note [A kill's frames have no cleanups] in rts/mvar/mvar_core.cpp).  mvar<T>::take itself keeps the
+// (Note [A kill's frames have no cleanups] in rts/mvar/mvar_core.cpp), and
+// cheapest a frame that is not there: a kill jumps from them to its raise
+// (Note [A killed IO wait leaves no frame] in rts/io/entry_points.cpp).
+// mvar<T>::take itself keeps the
 // throw inside the guard's scope: moving it out made GCC stop inlining
 // take into its callers (`pingpong 200000 +RTS -N1` 177.7 M -> 182.7 M
 // instructions), and forcing the inlining still cost 2-6 instructions a
