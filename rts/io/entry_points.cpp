@@ -19,7 +19,6 @@
 #include "io/closer.hpp"
 #include "io/io_thread.hpp"
 #include "io/owned_fds.hpp"
-#include "schedule/raise.hpp"
 #include "schedule/raise_killed.hpp"
 #include "schedule/schedule.hpp"
 
@@ -79,7 +78,7 @@ void send_cancel(Request* r) noexcept {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A killed sleeper's or fd waiter's raise could start in the user's own
 // frame, as a killed mvar waiter's does (raise_outcome jumps to
-// raise_killed_tail: Note [Raising thread_killed in one walk] in
+// raise_killed: Note [Raising thread_killed in one walk] in
 // schedule/raise_killed.cpp), if io_sleep and io_wait_fd could jump too.
 // A C++ compiler makes a call in tail position a jump only if nothing in
 // the caller's frame may be reached through a pointer the callee might
@@ -88,7 +87,7 @@ void send_cancel(Request* r) noexcept {
 // in the Request (Request::wait, Request::taken), the blocking calls keep
 // nothing in their frames, and each returns raise_cancelled(r), which
 // reads the outcome, sends the cancel and returns the kill's raise: two
-// jumps, and the walk goes from raise_killed_tail to the user's frame
+// jumps, and the walk goes from raise_killed to the user's frame
 // (detail::sleep_ns and detail::wait_fd jump to io_sleep and io_wait_fd
 // already).  Callgrind, `shutdown` (per thread, 10000 less 5000, -N1):
 // 16,349 -> 14,488 instructions, FDE lookups per kill 6.67 -> 6.00.
@@ -136,8 +135,8 @@ void send_cancel(Request* r) noexcept {
   const detail::waiter::outcome_t o = r->wait.outcome;  // r is the IO thread's once cancelled
   Thread* t = r->wait.thread;
   send_cancel(r);
-  if (o == detail::waiter::kill_raised) count_raised();  // as raise_outcome counts it
-  if (o == detail::waiter::killed || o == detail::waiter::kill_raised) return raise_killed_tail();
+  if (o == detail::waiter::killed || o == detail::waiter::kill_raised)
+    return raise_killed(o == detail::waiter::kill_raised);
   raise_not_killed(o, t);
 }
 

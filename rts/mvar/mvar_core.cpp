@@ -248,7 +248,7 @@ namespace {
 // whose exception is built from something that may throw
 // (blocked_indefinitely's message) throws from a function of its own, and
 // raise_outcome has no LSDA.  A kill does not even walk it: raise_outcome
-// jumps to raise_killed_tail, leaving no frame of its own (Note [Raising
+// jumps to raise_killed, leaving no frame of its own (Note [Raising
 // thread_killed in one walk]).  The IO manager's blocking
 // calls (io_sleep, io_wait_fd), next on a killed sleeper's or fd waiter's
 // stack, have none either: their failures throw from functions of their
@@ -267,15 +267,12 @@ void mvar_core::raise_outcome(const waiter& w) {
   switch (w.outcome) {
     case waiter::served:
     case waiter::timed_out: return;
-    case waiter::killed:  // by shutdown; a jump, see above
-      rts::raise_killed_tail();
+    case waiter::killed:       // by shutdown
+    case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
+      rts::raise_killed(w.outcome == waiter::kill_raised);  // a jump, see above
       return;
     case waiter::orphaned: throw_orphaned(w);
     case waiter::interrupted: rts::raise_interrupted(w.thread);  // set by publish_wait
-    case waiter::kill_raised:  // by kill_thread: Note [Where a kill is caught] (schedule/fork.cpp)
-      rts::count_raised();
-      rts::raise_killed_tail();
-      return;
   }
 }
 

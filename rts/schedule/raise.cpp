@@ -216,8 +216,11 @@ void raise_msg(ThrowMsg* m) {
   std::exception_ptr ex = m->ex;  // m may be gone once on_done returns
   m->outcome = ThrowMsg::raised;
   if (m->on_done) m->on_done(m);
+  if (ex == detail::thread_killed_ptr()) {  // as kill_raised does
+    raise_killed(true);
+    __builtin_unreachable();
+  }
   count_raised();
-  if (ex == detail::thread_killed_ptr()) raise_killed();  // as kill_raised does
   std::rethrow_exception(std::move(ex));
 }
 

@@ -31,6 +31,7 @@
 #include "capability/capability.hpp"
 #include "capstan/errors.hpp"
 #include "primitives/sanitizer.hpp"
+#include "schedule/raise.hpp"
 #include "task/task.hpp"
 
 namespace capstan::rts {
@@ -73,19 +74,6 @@ namespace capstan::rts {
 // way.  Under AddressSanitizer the stack's shadow is cleared first, as
 // ASan's own __cxa_throw interceptor does.
 //
-// The frames the walk starts with are the runtime's, and the fewer the
-// better: raise_outcome, which the blocking calls' inline park calls when a
-// wait ended without a value, jumps to raise_killed_tail rather than
-// calling raise_killed (GCC keeps the frame of any caller of a noreturn
-// function, for backtraces), so a killed mvar or chan waiter's walk begins
-// in raise_killed_tail's frame and goes straight to the user's; a killed
-// sleeper's or fd waiter's too (Note [A killed IO wait leaves no frame] in
-// io/entry_points.cpp).  Callgrind,
-// `shutdown` as below: 17,538 -> 16,349 instructions a thread, one FDE
-// lookup fewer a kill (7.67 -> 6.67); interleaved, -N1, medians of 7:
-// shutdown 1.61 -> 1.53x the floor, threads007 1.54 -> 1.46x, killblocked
-// 1.13 -> 1.09x.
-//
 // What it saves, callgrind, `shutdown` (100,000 threads blocked at exit,
 // a third each on mvars, sleeps and fd waits; per thread, `shutdown
 // 10000` less `shutdown 5000`, -N1): 25,802 -> 17,581 instructions for a
@@ -95,6 +83,19 @@ namespace capstan::rts {
 // 100000 5` 5.38 -> 3.96 us per thread (1.48 -> 1.15x).  A stand-alone
 // throw through one frame with a destructor: 1,214-1,312 ns as a throw,
 // 862-895 ns raised this way (0.68-0.71); through five frames 0.74-0.75.
+//
+// The frames the walk starts with are the runtime's, and the fewer the
+// better: raise_outcome, which the blocking calls' inline park calls when a
+// wait ended without a value, jumps to raise_killed rather than calling it
+// (raise_killed is declared as returning: GCC keeps the frame of any
+// caller of a noreturn function, for backtraces), so a killed mvar or chan
+// waiter's walk begins in raise_killed's frame and goes straight to the
+// user's; a killed sleeper's or fd waiter's too (Note [A killed IO wait
+// leaves no frame] in io/entry_points.cpp).  Callgrind, `shutdown` as
+// above: 17,538 -> 16,349 instructions a thread, one FDE lookup fewer a
+// kill (7.67 -> 6.67); interleaved, -N1, medians of 7: shutdown 1.61 ->
+// 1.53x the floor, threads007 1.54 -> 1.46x, killblocked 1.13 -> 1.09x.
+//
 // Tested by tests/rts/schedule/raise_killed_test.cpp.
 
 namespace {
@@ -133,12 +134,8 @@ static_assert(offsetof(CxaRefcountedException, exc) + offsetof(CxaException, unw
 
 }  // namespace
 
-void raise_killed() {
-  raise_killed_tail();
-  __builtin_unreachable();
-}
-
-bool raise_killed_tail() {
+bool raise_killed(bool by_kill_thread) {
+  if (by_kill_thread) count_raised();
 #ifdef CAPSTAN_RAISE_IN_ONE_WALK
   Task* task = my_task_before_switch();
   if (task && task->cap && task->cap->current) [[likely]] {  // a green thread: thread_entry's catch

@@ -94,7 +94,7 @@ void check_killed(Thread* t) {
     switch_to(task, cap, t, next, false, SwitchWhy::yield);
   }
   if (rt.stop.load(std::memory_order_acquire)) abandon_current(t);
-  raise_killed();
+  raise_killed(false);
 }
 
 // Note [A yield rotates in one hand-shake]

@@ -324,7 +324,7 @@ TEST(RaiseKilledOutside, OnAPlainOsThreadItIsAnOrdinaryThrow) {
   bool caught = false;
   std::thread([&] {
     try {
-      capstan::rts::raise_killed();
+      capstan::rts::raise_killed(false);
     } catch (const thread_killed&) {
       caught = std::uncaught_exceptions() == 0;
     }
